@@ -1,0 +1,63 @@
+# One entry point for people and CI. Every target creates what it needs first.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+SLURM_DIR ?= $(CURDIR)/.slurm
+export SLURM_DIR
+
+.PHONY: venv run simulate test test-unit lint typecheck bench slurm-up slurm-down \
+        localstack-up localstack-down iac-review clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[aws,gcp,nvml,pulumi,dev]'
+	touch $@
+
+# The main job on the embedded default: no cloud account, no Slurm install needed.
+run: venv
+	$(BIN)/provisioner simulate --onprem-gpus 256 --boot-seconds 300 --policy default --policy never --policy immediate --policy fixed-wait:3600
+
+simulate: venv
+	$(BIN)/provisioner simulate --onprem-gpus 256 --policy default --policy never \
+	    --policy immediate --policy fixed-wait:3600
+
+# All tests, the ones that need real parts included: starts the local Slurm cluster first.
+test: venv slurm-up
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-unit: venv
+	$(BIN)/python -m pytest -q -m "not slurm and not e2e" $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check provisioner tests bench infra policies
+	$(BIN)/ruff format --check provisioner tests bench infra policies
+	$(BIN)/mypy provisioner
+
+typecheck: venv
+	$(BIN)/mypy provisioner
+
+bench: venv
+	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+slurm-up:
+	bash scripts/slurm-up.sh "$(SLURM_DIR)"
+
+slurm-down:
+	bash scripts/slurm-down.sh "$(SLURM_DIR)" --purge
+
+localstack-up:
+	docker compose -f localstack/docker-compose.yml up -d
+
+localstack-down:
+	docker compose -f localstack/docker-compose.yml down
+
+iac-review: venv
+	$(BIN)/provisioner iac review --format markdown
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,0 +1,147 @@
+"""Policy models. Every model forbids unknown keys so a typo is an error, not a silent default."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WaitPolicy(Strict):
+    """How long a job may wait for on-prem GPUs before it bursts.
+
+    budget_s = clamp(floor_s, cap_s, per_gpu_s * gpus + runtime_factor * gpus * runtime_s)
+    where runtime_s is the job's runtime estimate (the runtime term drops out when it is unknown).
+    `urgent` classes (e.g. inference) burst at once, on on-demand capacity only.
+    """
+
+    per_gpu_s: float = Field(default=0.0, ge=0)
+    runtime_factor: float = Field(default=0.076, ge=0)
+    floor_s: float = Field(default=0.0, ge=0)
+    cap_s: float = Field(default=86_400.0, gt=0)
+    urgent: bool = False
+    default_runtime_s: float | None = Field(default=None, gt=0)
+    spot_allowed: bool = True
+
+    @model_validator(mode="after")
+    def _floor_below_cap(self) -> WaitPolicy:
+        if self.floor_s > self.cap_s:
+            raise ValueError(f"floor_s ({self.floor_s}) must not exceed cap_s ({self.cap_s})")
+        return self
+
+    def budget_s(self, gpus: int, runtime_s: float | None) -> float:
+        if self.urgent:
+            return 0.0
+        rt = runtime_s if runtime_s is not None else self.default_runtime_s
+        raw = self.per_gpu_s * gpus + (self.runtime_factor * gpus * rt if rt is not None else 0.0)
+        return min(self.cap_s, max(self.floor_s, raw))
+
+
+class WaitingPolicies(Strict):
+    default: WaitPolicy = WaitPolicy()
+    partitions: dict[str, WaitPolicy] = Field(default_factory=dict)
+    qos: dict[str, WaitPolicy] = Field(default_factory=dict)
+
+    def for_job(self, partition: str, qos: str) -> WaitPolicy:
+        """QoS wins over partition, partition over the default."""
+        if qos and qos in self.qos:
+            return self.qos[qos]
+        for p in partition.split(","):
+            if p in self.partitions:
+                return self.partitions[p]
+        return self.default
+
+
+class OnPrem(Strict):
+    gpu_model: str = "A100"
+    gpus_per_node: int = Field(default=8, ge=1)
+    amortized_usd_per_gpu_hour: Decimal = Field(default=Decimal("1.20"), ge=0)
+    energy_usd_per_kwh: Decimal = Field(default=Decimal("0.12"), ge=0)
+    equivalent_gpu_models: list[str] = Field(default_factory=list)
+
+
+class PoolPolicy(Strict):
+    """A burst pool: where and on what the controller may create GPU nodes."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{1,40}$")
+    cloud: Literal["aws", "gcp"]
+    regions: list[str] = Field(min_length=1)
+    gpu_model: str | None = None
+    min_gpu_mem_gb: float | None = Field(default=None, gt=0)
+    instance_types: list[str] = Field(default_factory=list)
+    capacity: Literal["spot", "on-demand", "any"] = "any"
+    max_nodes: int = Field(default=4, ge=0)
+    boot_seconds: float = Field(default=300.0, ge=0)
+    partition: str = "cloud"
+    workload: Literal["batch", "interactive", "inference"] = "batch"
+    team: str = ""
+
+    @model_validator(mode="after")
+    def _needs_gpu_selector(self) -> PoolPolicy:
+        if not self.gpu_model and self.min_gpu_mem_gb is None and not self.instance_types:
+            raise ValueError("set gpu_model, min_gpu_mem_gb or instance_types")
+        return self
+
+
+class TeamBudget(Strict):
+    monthly_usd: Decimal = Field(ge=0)
+
+
+class Budgets(Strict):
+    global_usd_per_hour: Decimal | None = Field(default=None, ge=0)
+    teams: dict[str, TeamBudget] = Field(default_factory=dict)
+    team_of_account: dict[str, str] = Field(default_factory=dict)
+
+    def team_for(self, account: str) -> str:
+        return self.team_of_account.get(account, account)
+
+
+class Guardrails(Strict):
+    idle_timeout_s: float = Field(default=600.0, ge=0)
+    nvml_idle_util_pct: float = Field(default=5.0, ge=0, le=100)
+    require_nvml_idle: bool = True
+    backoff_initial_s: float = Field(default=300.0, ge=0)
+    backoff_max_s: float = Field(default=3600.0, ge=0)
+    max_scale_up_nodes_per_pass: int = Field(default=64, ge=1)
+    join_timeout_s: float = Field(default=600.0, gt=0)
+
+
+class SpotRisk(Strict):
+    """Spot risk comes from data (AWS's advisor bucket); GCP publishes none, so it takes a default."""
+
+    default_interruption_pct: float = Field(default=10.0, ge=0, le=100)
+    # The advisor's figure is a monthly interruption frequency; this turns it into a per-hour
+    # hazard assuming instances live about this long on average.
+    reference_hours: float = Field(default=720.0, gt=0)
+    rework_fraction: float = Field(default=0.5, ge=0, le=1)
+
+
+class Policy(Strict):
+    controller: str = Field(default="burst-ctl", pattern=r"^[a-z][a-z0-9-]{1,40}$")
+    onprem: OnPrem = OnPrem()
+    waiting: WaitingPolicies = WaitingPolicies()
+    pools: list[PoolPolicy] = Field(default_factory=list)
+    budgets: Budgets = Budgets()
+    guardrails: Guardrails = Guardrails()
+    spot: SpotRisk = SpotRisk()
+
+    @field_validator("pools")
+    @classmethod
+    def _unique_pool_names(cls, pools: list[PoolPolicy]) -> list[PoolPolicy]:
+        seen: set[str] = set()
+        for p in pools:
+            if p.name in seen:
+                raise ValueError(f"pool name {p.name!r} is declared twice")
+            seen.add(p.name)
+        return pools
+
+    def pool(self, name: str) -> PoolPolicy:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)

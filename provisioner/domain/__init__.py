@@ -1,0 +1,1 @@
+"""Value types shared by every layer. Pure data: no I/O."""

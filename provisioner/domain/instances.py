@@ -1,0 +1,93 @@
+"""Cloud instance lifecycle: an explicit transition table with history, reasons and timeouts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from enum import StrEnum
+
+from provisioner.domain.offers import OfferKey
+
+
+class InstanceState(StrEnum):
+    REQUESTED = "requested"
+    ALLOCATED = "allocated"
+    JOINING = "joining"
+    READY = "ready"
+    DRAINING = "draining"
+    TERMINATING = "terminating"
+    TERMINATED = "terminated"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (InstanceState.TERMINATED, InstanceState.FAILED)
+
+
+S = InstanceState
+TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
+    S.REQUESTED: frozenset({S.ALLOCATED, S.FAILED, S.TERMINATING, S.TERMINATED}),
+    S.ALLOCATED: frozenset({S.JOINING, S.READY, S.TERMINATING, S.FAILED, S.TERMINATED}),
+    S.JOINING: frozenset({S.READY, S.TERMINATING, S.FAILED, S.TERMINATED}),
+    S.READY: frozenset({S.DRAINING, S.TERMINATING, S.FAILED, S.TERMINATED}),
+    S.DRAINING: frozenset({S.READY, S.TERMINATING, S.FAILED, S.TERMINATED}),
+    S.TERMINATING: frozenset({S.TERMINATED, S.FAILED}),
+    S.TERMINATED: frozenset(),
+    S.FAILED: frozenset({S.TERMINATING, S.TERMINATED}),
+}
+
+# Seconds an instance may stay in a state before the controller gives up on it.
+DEFAULT_STATE_TIMEOUTS_S: dict[InstanceState, float] = {
+    S.REQUESTED: 600.0,
+    S.ALLOCATED: 600.0,
+    S.JOINING: 600.0,
+    S.DRAINING: 7 * 24 * 3600.0,
+    S.TERMINATING: 900.0,
+}
+
+
+class IllegalTransition(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    from_state: InstanceState | None
+    to_state: InstanceState
+    at_ts: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CloudInstance:
+    """A cloud instance this controller owns, with its lifecycle history."""
+
+    instance_id: str
+    pool: str
+    offer: OfferKey
+    gpu_model: str
+    gpus: int
+    price_usd_hr: Decimal
+    state: InstanceState
+    launched_ts: float
+    decision_id: str = ""
+    node_name: str = ""
+    history: tuple[Transition, ...] = field(default=())
+
+    @property
+    def entered_state_ts(self) -> float:
+        return self.history[-1].at_ts if self.history else self.launched_ts
+
+    def transition(self, to: InstanceState, at_ts: float, reason: str) -> CloudInstance:
+        if to == self.state:
+            return self
+        if to not in TRANSITIONS[self.state]:
+            raise IllegalTransition(
+                f"instance {self.instance_id}: {self.state} -> {to} is not allowed ({reason})"
+            )
+        step = Transition(self.state, to, at_ts, reason)
+        return replace(self, state=to, history=(*self.history, step))
+
+    def timed_out(self, now_ts: float, timeouts: dict[InstanceState, float] | None = None) -> bool:
+        limit = (timeouts or DEFAULT_STATE_TIMEOUTS_S).get(self.state)
+        return limit is not None and now_ts - self.entered_state_ts > limit

@@ -1,0 +1,55 @@
+"""Jobs as the scheduler reports them. Times are POSIX seconds (UTC by definition)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One scheduler job.
+
+    `gpus` is the job's total GPU count. `gpu_type` is the requested model ("" takes the
+    on-prem default). `expected_runtime_s` is the best runtime estimate known (a user estimate,
+    history, or the exact runtime in a simulator run with `--estimate exact`); None means unknown,
+    and the time limit is used in its place when there is one.
+    """
+
+    job_id: str
+    gpus: int
+    submit_ts: float
+    partition: str = "onprem"
+    account: str = ""
+    user: str = ""
+    qos: str = ""
+    gpu_type: str = ""
+    time_limit_s: float | None = None
+    expected_runtime_s: float | None = None
+    state: JobState = JobState.PENDING
+    start_ts: float | None = None
+    end_ts: float | None = None
+    nodes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.gpus < 0:
+            raise ValueError(f"job {self.job_id}: gpus must be >= 0, got {self.gpus}")
+
+    @property
+    def runtime_estimate_s(self) -> float | None:
+        if self.expected_runtime_s is not None:
+            return self.expected_runtime_s
+        return self.time_limit_s
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        """A multi-partition submit (`-p onprem,cloud`) lists every partition."""
+        return tuple(p for p in self.partition.split(",") if p)

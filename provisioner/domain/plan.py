@@ -1,0 +1,116 @@
+"""Plans and decisions: structured records with reason codes. Text is only a rendering."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+
+from provisioner.domain.offers import OfferKey
+
+
+class ReasonCode(StrEnum):
+    BURST_WAIT_EXCEEDS_BUDGET = "burst_wait_exceeds_budget"
+    BURST_URGENT = "burst_urgent"
+    WAIT_WITHIN_BUDGET = "wait_within_budget"
+    WAIT_FASTER_THAN_BOOT = "wait_faster_than_boot"
+    COVERED_BY_INFLIGHT = "covered_by_inflight"
+    BLOCKED_NO_OFFER = "blocked_no_offer"
+    BLOCKED_POOL_MAX = "blocked_pool_max"
+    BLOCKED_BACKOFF = "blocked_backoff"
+    BLOCKED_GLOBAL_BUDGET = "blocked_global_budget"
+    BLOCKED_TEAM_BUDGET = "blocked_team_budget"
+    BLOCKED_STALE_SNAPSHOT = "blocked_stale_snapshot"
+    BLOCKED_PAUSED = "blocked_paused"
+    SCALE_DOWN_IDLE = "scale_down_idle"
+    TERMINATE_DRAINED = "terminate_drained"
+    KEEP_GPU_BUSY = "keep_gpu_busy"
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    """An offer the planner considered for a decision, with its price and verdict."""
+
+    offer: OfferKey
+    usd_per_hour: Decimal
+    expected_cost_usd: Decimal
+    chosen: bool = False
+    rejected_because: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    decision_id: str
+    reason: ReasonCode
+    job_ids: tuple[str, ...] = ()
+    chosen: OfferKey | None = None
+    alternatives: tuple[Alternative, ...] = ()
+    predicted_wait_s: float | None = None
+    wait_budget_s: float | None = None
+    wait_saved_s: float | None = None
+    global_headroom_usd_hr: Decimal | None = None
+    team_headroom_usd: Decimal | None = None
+    team: str = ""
+    detail: Mapping[str, str] = field(default_factory=dict)
+
+
+def decision_id(now_ts: float, reason: ReasonCode, *parts: str) -> str:
+    """Deterministic id: the same snapshot and policy always give the same ids."""
+    h = hashlib.sha1(f"{now_ts:.3f}|{reason}|{'|'.join(parts)}".encode()).hexdigest()
+    return f"d-{h[:16]}"
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUp:
+    pool: str
+    offer: OfferKey
+    nodes: int
+    gpus_per_node: int
+    usd_per_hour_per_node: Decimal
+    job_ids: tuple[str, ...]
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    node: str
+    instance_id: str
+    pool: str
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Terminate:
+    node: str
+    instance_id: str
+    pool: str
+    decision: Decision
+
+
+Action = ScaleUp | Drain | Terminate
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    created_ts: float
+    actions: tuple[Action, ...] = ()
+    decisions: tuple[Decision, ...] = ()
+    predicted_start_ts: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def scale_ups(self) -> tuple[ScaleUp, ...]:
+        return tuple(a for a in self.actions if isinstance(a, ScaleUp))
+
+    @property
+    def drains(self) -> tuple[Drain, ...]:
+        return tuple(a for a in self.actions if isinstance(a, Drain))
+
+    @property
+    def terminations(self) -> tuple[Terminate, ...]:
+        return tuple(a for a in self.actions if isinstance(a, Terminate))
+
+    @property
+    def planned_usd_per_hour(self) -> Decimal:
+        return sum((a.usd_per_hour_per_node * a.nodes for a in self.scale_ups), Decimal(0))

@@ -1,0 +1,53 @@
+"""The immutable view of the world one reconcile pass plans from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from provisioner.domain.instances import CloudInstance
+from provisioner.domain.jobs import Job, JobState
+from provisioner.domain.nodes import Node, NodeKind
+
+
+@dataclass(frozen=True, slots=True)
+class SpendState:
+    """Money already committed, so the planner can respect hard budgets.
+
+    `team_month_spent_usd` is what each team spent this month so far (ledger), and
+    `burn_usd_hr` the $/h of every cloud instance alive or requested (in flight included).
+    """
+
+    burn_usd_hr: Decimal = Decimal(0)
+    team_month_spent_usd: Mapping[str, Decimal] = field(default_factory=dict)
+    team_burn_usd_hr: Mapping[str, Decimal] = field(default_factory=dict)
+    month_end_ts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    taken_ts: float
+    jobs: tuple[Job, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    instances: tuple[CloudInstance, ...] = ()
+    spend: SpendState = field(default_factory=SpendState)
+    stale: bool = False
+    stale_reasons: tuple[str, ...] = ()
+    paused: bool = False
+
+    @property
+    def pending(self) -> tuple[Job, ...]:
+        return tuple(j for j in self.jobs if j.state is JobState.PENDING)
+
+    @property
+    def running(self) -> tuple[Job, ...]:
+        return tuple(j for j in self.jobs if j.state is JobState.RUNNING)
+
+    def nodes_of(self, kind: NodeKind) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.kind is kind)
+
+    def mark_stale(self, reason: str) -> ClusterSnapshot:
+        from dataclasses import replace
+
+        return replace(self, stale=True, stale_reasons=(*self.stale_reasons, reason))

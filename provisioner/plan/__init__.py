@@ -1,0 +1,1 @@
+"""The pure planning core: no I/O, no clock reads."""

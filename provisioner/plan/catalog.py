@@ -1,0 +1,128 @@
+"""The offer catalog: load the pinned CSV into normalised offers."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from provisioner.domain.errors import InputError
+from provisioner.domain.offers import CapacityType, Offer
+
+REQUIRED_COLUMNS = (
+    "cloud",
+    "region",
+    "instance_type",
+    "gpu_model",
+    "gpu_count",
+    "gpu_mem_gb",
+    "vcpus",
+    "mem_gb",
+    "ondemand_usd_hr",
+    "spot_usd_hr",
+)
+
+
+def default_catalog_path() -> Path:
+    return Path(__file__).resolve().parents[2] / "policies" / "catalog" / "gpu_offers.csv"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    offers: tuple[Offer, ...]
+    source: str = ""
+    _by_model: dict[str, tuple[Offer, ...]] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        groups: dict[str, list[Offer]] = {}
+        for o in self.offers:
+            groups.setdefault(o.gpu_model.lower(), []).append(o)
+        self._by_model.update({k: tuple(v) for k, v in groups.items()})
+
+    def __iter__(self) -> Iterator[Offer]:
+        return iter(self.offers)
+
+    def __len__(self) -> int:
+        return len(self.offers)
+
+    def for_model(self, gpu_model: str) -> tuple[Offer, ...]:
+        return self._by_model.get(gpu_model.lower(), ())
+
+    @classmethod
+    def flat_rate(cls, usd_per_gpu_hour: Decimal, gpu_model: str, gpus_per_node: int) -> Catalog:
+        """The published simulators' model: one on-demand price per GPU-hour, no spot."""
+        offer = Offer(
+            cloud="flat",
+            region="any",
+            instance_type=f"gpu-x{gpus_per_node}",
+            gpu_model=gpu_model,
+            gpus_per_node=gpus_per_node,
+            gpu_mem_gb=None,
+            vcpus=0,
+            mem_gb=0.0,
+            ondemand_usd_hr=usd_per_gpu_hour * gpus_per_node,
+        )
+        return cls((offer,), source=f"flat ${usd_per_gpu_hour}/GPU-h")
+
+
+def _dec(value: str, path: str, line: int, column: str) -> Decimal:
+    try:
+        d = Decimal(value)
+    except InvalidOperation:
+        raise InputError(f"{path}: line {line}: {column}: not a number: {value!r}") from None
+    if d < 0 or not d.is_finite():
+        raise InputError(f"{path}: line {line}: {column}: must be a finite amount >= 0")
+    return d
+
+
+def _float(value: str, path: str, line: int, column: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(f"{path}: line {line}: {column}: not a number: {value!r}") from None
+
+
+def parse_catalog(rows: Iterable[dict[str, str]], path: str) -> Catalog:
+    offers: list[Offer] = []
+    for i, row in enumerate(rows, start=2):
+        missing = [c for c in REQUIRED_COLUMNS if c not in row or row[c] is None]
+        if missing:
+            raise InputError(f"{path}: line {i}: missing column(s) {', '.join(missing)}")
+        spot = row["spot_usd_hr"].strip()
+        risk = (row.get("spot_interruption_pct_max") or "").strip()
+        mem = row["gpu_mem_gb"].strip()
+        offers.append(
+            Offer(
+                cloud=row["cloud"].strip(),
+                region=row["region"].strip(),
+                instance_type=row["instance_type"].strip(),
+                gpu_model=row["gpu_model"].strip(),
+                gpus_per_node=_float(row["gpu_count"], path, i, "gpu_count"),
+                gpu_mem_gb=_float(mem, path, i, "gpu_mem_gb") if mem else None,
+                vcpus=int(_float(row["vcpus"] or "0", path, i, "vcpus")),
+                mem_gb=_float(row["mem_gb"] or "0", path, i, "mem_gb"),
+                ondemand_usd_hr=_dec(row["ondemand_usd_hr"], path, i, "ondemand_usd_hr"),
+                spot_usd_hr=_dec(spot, path, i, "spot_usd_hr") if spot else None,
+                spot_interruption_pct_max=int(_float(risk, path, i, "spot_interruption_pct_max"))
+                if risk
+                else None,
+            )
+        )
+    return Catalog(tuple(offers), source=path)
+
+
+def load_catalog(path: str | Path | None = None) -> Catalog:
+    p = Path(path) if path is not None else default_catalog_path()
+    try:
+        with p.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            if reader.fieldnames is None:
+                raise InputError(f"{p}: empty file, expected a CSV header")
+            return parse_catalog(reader, str(p))
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read catalog ({exc.strerror})") from None
+
+
+__all__ = ["CapacityType", "Catalog", "load_catalog", "parse_catalog"]

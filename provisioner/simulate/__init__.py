@@ -1,0 +1,1 @@
+"""Trace replay through the real planner, with baselines and metrics."""

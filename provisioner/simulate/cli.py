@@ -1,0 +1,59 @@
+"""`provisioner simulate` and `provisioner demo`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    from provisioner.cli import DEFAULT_POLICIES, DEFAULT_TRACE, friendly_errors
+
+    @app.command()
+    @friendly_errors
+    def simulate(
+        trace: Annotated[Path, typer.Option(help="Trace CSV (optionally .gz).")] = DEFAULT_TRACE,
+        onprem_gpus: Annotated[int, typer.Option(help="On-prem GPUs in total.")] = 256,
+        gpus_per_node: Annotated[int, typer.Option(help="GPUs per on-prem node.")] = 8,
+        policy: Annotated[
+            list[str] | None,
+            typer.Option(help="default | never | immediate | fixed-wait:SECONDS | starburst"),
+        ] = None,
+        catalog: Annotated[Path | None, typer.Option(help="Offer catalog CSV.")] = None,
+        price_per_gpu_hour: Annotated[
+            float | None, typer.Option(help="Flat on-demand $/GPU-h instead of the catalog.")
+        ] = None,
+        boot_seconds: Annotated[float, typer.Option(help="Cloud boot delay.")] = 300.0,
+        estimate: Annotated[str, typer.Option(help="Runtime knowledge: exact | none.")] = "exact",
+        policies: Annotated[Path, typer.Option(help="Policy file or dir.")] = DEFAULT_POLICIES,
+        spot_interruptions: Annotated[
+            bool, typer.Option(help="Model spot interruptions with rework.")
+        ] = False,
+        seed: Annotated[int, typer.Option(help="Seed for spot interruptions.")] = 7,
+        json_out: Annotated[Path | None, typer.Option("--json", help="Write results JSON.")] = None,
+        plot: Annotated[Path | None, typer.Option(help="Write a PNG plot.")] = None,
+        progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    ) -> None:
+        """Replay a GPU job trace through the real planner and compare burst policies."""
+        from provisioner.simulate.runner import SimulationRequest, run_simulations
+
+        run_simulations(
+            SimulationRequest(
+                trace=trace,
+                onprem_gpus=onprem_gpus,
+                gpus_per_node=gpus_per_node,
+                policies=tuple(policy or ("default", "never", "immediate")),
+                catalog=catalog,
+                price_per_gpu_hour=price_per_gpu_hour,
+                boot_seconds=boot_seconds,
+                estimate=estimate,
+                policy_path=policies,
+                spot_interruptions=spot_interruptions,
+                seed=seed,
+                json_out=json_out,
+                plot=plot,
+                progress=progress,
+            )
+        )
