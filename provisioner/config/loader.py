@@ -25,7 +25,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(str(path), where, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        raise ConfigError(
+            str(path), where, f"invalid YAML: {getattr(exc, 'problem', exc)}"
+        ) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -63,6 +63,11 @@ class OnPrem(Strict):
     amortized_usd_per_gpu_hour: Decimal = Field(default=Decimal("1.20"), ge=0)
     energy_usd_per_kwh: Decimal = Field(default=Decimal("0.12"), ge=0)
     equivalent_gpu_models: list[str] = Field(default_factory=list)
+    # Partitions whose jobs run on on-prem nodes. Jobs there may burst: the controller adds the
+    # pool's partition to a job it bursts (scontrol update), so users keep submitting as before.
+    partitions: list[str] = Field(default_factory=lambda: ["onprem"])
+    # Runtime assumed for cost and wait estimates when a job has no estimate and no time limit.
+    fallback_runtime_s: float = Field(default=3600.0, gt=0)
 
 
 class PoolPolicy(Strict):
@@ -112,7 +117,7 @@ class Guardrails(Strict):
 
 
 class SpotRisk(Strict):
-    """Spot risk comes from data (AWS's advisor bucket); GCP publishes none, so it takes a default."""
+    """Spot risk comes from data (AWS advisor buckets); GCP publishes none: it takes a default."""
 
     default_interruption_pct: float = Field(default=10.0, ge=0, le=100)
     # The advisor's figure is a monthly interruption frequency; this turns it into a per-hour

@@ -19,7 +19,7 @@ class ConfigError(ProvisionerError):
 
 
 class InputError(ProvisionerError):
-    """A data file (trace, snapshot, catalog) could not be read. Names the file and the row/field."""
+    """A data file (trace, snapshot, catalog) is unreadable. Names the file and the row/field."""
 
 
 class SnapshotError(ProvisionerError):

@@ -27,6 +27,7 @@ class ReasonCode(StrEnum):
     SCALE_DOWN_IDLE = "scale_down_idle"
     TERMINATE_DRAINED = "terminate_drained"
     KEEP_GPU_BUSY = "keep_gpu_busy"
+    JOIN_TIMEOUT = "join_timeout"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,14 +15,14 @@ from provisioner.domain.nodes import Node, NodeKind
 class SpendState:
     """Money already committed, so the planner can respect hard budgets.
 
-    `team_month_spent_usd` is what each team spent this month so far (ledger), and
-    `burn_usd_hr` the $/h of every cloud instance alive or requested (in flight included).
+    `burn_usd_hr` is the $/h of every cloud instance alive or requested (in flight included);
+    `team_month_spent_usd` what each team spent this month so far (ledger); and
+    `team_committed_usd` the expected cost still to come of capacity already requested for a team.
     """
 
     burn_usd_hr: Decimal = Decimal(0)
     team_month_spent_usd: Mapping[str, Decimal] = field(default_factory=dict)
-    team_burn_usd_hr: Mapping[str, Decimal] = field(default_factory=dict)
-    month_end_ts: float | None = None
+    team_committed_usd: Mapping[str, Decimal] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

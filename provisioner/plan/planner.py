@@ -1,0 +1,552 @@
+"""The planner: `plan(snapshot, policy, catalog, backoff, now) -> Plan`. Pure and deterministic.
+
+One pass:
+1. predict each pending job's on-prem start (slot model, queue order, see profile.py);
+2. keep a job on-prem when its predicted wait is within its waiting budget (or shorter than the
+   cloud's time to ready); urgent classes burst at once on on-demand capacity;
+3. give the rest to burst capacity already requested or idle, then to new nodes: the offer with
+   the lowest expected cost that passes back-off, pool max size and the hard budgets;
+4. drain burst nodes idle past the idle timeout (Slurm and NVML agree), terminate drained ones and
+   instances that never joined.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from provisioner.config.models import Policy, PoolPolicy, WaitPolicy
+from provisioner.domain.instances import InstanceState
+from provisioner.domain.jobs import Job
+from provisioner.domain.nodes import NodeKind, NodeState
+from provisioner.domain.offers import CapacityType, OfferKey
+from provisioner.domain.plan import (
+    Action,
+    Alternative,
+    Decision,
+    Drain,
+    Plan,
+    ReasonCode,
+    ScaleUp,
+    Terminate,
+    decision_id,
+)
+from provisioner.domain.snapshot import ClusterSnapshot
+from provisioner.plan.backoff import Backoff
+from provisioner.plan.catalog import Catalog
+from provisioner.plan.profile import INF, OnPremProfile, Placement
+from provisioner.plan.ranking import Candidate, candidates_for, rank
+
+MAX_ALTERNATIVES = 5
+_IN_FLIGHT = (InstanceState.REQUESTED, InstanceState.ALLOCATED, InstanceState.JOINING)
+
+
+def build_profile(snapshot: ClusterSnapshot, policy: Policy, now: float) -> OnPremProfile:
+    """The on-prem slot profile from the nodes and the running jobs' expected ends."""
+    onprem = [n for n in snapshot.nodes if n.kind is NodeKind.ONPREM]
+    onprem.sort(key=lambda n: (n.weight, n.name))
+    width = max([n.gpus for n in onprem] or [policy.onprem.gpus_per_node])
+    index = {n.name: i for i, n in enumerate(onprem)}
+    rows: list[list[float]] = []
+    for n in onprem:
+        usable = n.state.usable
+        rows.append([now if usable else INF] * n.gpus + [INF] * (width - n.gpus))
+    for job in snapshot.running:
+        on = [index[name] for name in job.nodes if name in index]
+        if not on:
+            continue
+        runtime = _runtime(job, policy)
+        start = job.start_ts if job.start_ts is not None else now
+        # A job past its estimate is expected to end soon, not to have ended already.
+        end = max(start + runtime, now + 60.0)
+        per_node = max(1, math.ceil(job.gpus / len(on)))
+        for idx in on:
+            row = rows[idx]
+            taken = 0
+            for j in range(len(row)):
+                if taken == per_node:
+                    break
+                if row[j] == now:
+                    row[j] = end
+                    taken += 1
+    for row in rows:
+        row.sort()
+    return OnPremProfile(rows, width, tuple(n.name for n in onprem))
+
+
+def _runtime(job: Job, policy: Policy) -> float:
+    est = job.runtime_estimate_s
+    if est is not None:
+        return est
+    wp = policy.waiting.for_job(job.partition, job.qos)
+    return wp.default_runtime_s or policy.onprem.fallback_runtime_s
+
+
+@dataclass
+class _Budget:
+    """Running totals of what this plan commits, against the hard caps."""
+
+    global_cap: Decimal | None
+    burn: Decimal
+    team_headroom: dict[str, Decimal]
+
+    def global_headroom(self) -> Decimal | None:
+        return None if self.global_cap is None else self.global_cap - self.burn
+
+    def allows(self, usd_hr: Decimal, team: str, expected: Decimal) -> ReasonCode | None:
+        if self.global_cap is not None and self.burn + usd_hr > self.global_cap:
+            return ReasonCode.BLOCKED_GLOBAL_BUDGET
+        room = self.team_headroom.get(team)
+        if room is not None and expected > room:
+            return ReasonCode.BLOCKED_TEAM_BUDGET
+        return None
+
+    def spend(self, usd_hr: Decimal, team: str, expected: Decimal) -> None:
+        self.burn += usd_hr
+        if team in self.team_headroom:
+            self.team_headroom[team] -= expected
+
+
+@dataclass
+class _OpenNode:
+    """A node planned in this pass (or in flight) with GPUs still unclaimed."""
+
+    pool: str
+    key: OfferKey | None
+    gpu_model: str
+    free: int
+    usd_hr: Decimal
+    gpus: int
+    spot: bool
+    scale_up: int = -1  # index into the scale-up groups, -1 for capacity already in flight
+    job_ids: list[str] = field(default_factory=list)
+    node_name: str = ""
+
+
+@dataclass
+class _Group:
+    cand: Candidate
+    nodes: int
+    job_ids: list[str]
+    team: str
+    alternatives: tuple[Alternative, ...]
+    wait_s: float
+    budget_s: float
+    saved_s: float
+    urgent: bool
+
+
+class _Planner:
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        policy: Policy,
+        catalog: Catalog,
+        backoff: Backoff,
+        now: float,
+    ) -> None:
+        self.snap = snapshot
+        self.policy = policy
+        self.catalog = catalog
+        self.backoff = backoff
+        self.now = now
+        self.decisions: list[Decision] = []
+        self.actions: list[Action] = []
+        self.predicted: dict[str, float] = {}
+        self._rank_cache: dict[tuple[object, ...], list[Candidate]] = {}
+        self.onprem_model = policy.onprem.gpu_model.lower()
+        self.onprem_models = {self.onprem_model} | {
+            m.lower() for m in policy.onprem.equivalent_gpu_models
+        }
+        self.onprem_parts = set(policy.onprem.partitions)
+        self.pool_nodes: dict[str, int] = {}
+        for inst in snapshot.instances:
+            if not inst.state.terminal and inst.state is not InstanceState.TERMINATING:
+                self.pool_nodes[inst.pool] = self.pool_nodes.get(inst.pool, 0) + 1
+        budgets = policy.budgets
+        headroom: dict[str, Decimal] = {}
+        for team, tb in budgets.teams.items():
+            spent = snapshot.spend.team_month_spent_usd.get(team, Decimal(0))
+            committed = snapshot.spend.team_committed_usd.get(team, Decimal(0))
+            headroom[team] = tb.monthly_usd - spent - committed
+        self.budget = _Budget(budgets.global_usd_per_hour, snapshot.spend.burn_usd_hr, headroom)
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _decide(self, reason: ReasonCode, job_ids: Sequence[str], **kw: object) -> Decision:
+        d = Decision(
+            decision_id=decision_id(self.now, reason, *job_ids, str(kw.get("chosen") or "")),
+            reason=reason,
+            job_ids=tuple(job_ids),
+            **kw,  # type: ignore[arg-type]
+        )
+        self.decisions.append(d)
+        return d
+
+    def _pools_for(self, job: Job) -> tuple[PoolPolicy, ...]:
+        parts = set(job.partitions)
+        can_move = bool(parts & self.onprem_parts)
+        return tuple(p for p in self.policy.pools if p.partition in parts or can_move)
+
+    def _ranked(
+        self, job: Job, model: str, wp: WaitPolicy, runtime: float, urgent: bool
+    ) -> list[Candidate]:
+        pools = self._pools_for(job)
+        caps: tuple[CapacityType, ...] = (
+            (CapacityType.ON_DEMAND,)
+            if urgent or not wp.spot_allowed
+            else (CapacityType.ON_DEMAND, CapacityType.SPOT)
+        )
+        bucket = int(math.log2(runtime + 1.0))
+        key = (job.gpus, model, tuple(p.name for p in pools), caps, bucket)
+        hit = self._rank_cache.get(key)
+        if hit is None:
+            cands = candidates_for(
+                job.gpus,
+                model,
+                pools,
+                self.catalog,
+                caps,
+                self.policy.spot,
+                self.policy.onprem.equivalent_gpu_models,
+            )
+            hit = rank(cands, runtime, self.policy.spot)
+            self._rank_cache[key] = hit
+        return hit
+
+    # ---- phases --------------------------------------------------------------------------
+
+    def run(self, profile: OnPremProfile | None) -> Plan:
+        if self.snap.stale:
+            self._decide(
+                ReasonCode.BLOCKED_STALE_SNAPSHOT,
+                (),
+                detail={"reasons": "; ".join(self.snap.stale_reasons) or "stale snapshot"},
+            )
+            return Plan(self.now, (), tuple(self.decisions), {})
+        prof = (
+            profile.copy()
+            if profile is not None
+            else build_profile(self.snap, self.policy, self.now)
+        )
+        bursting = self._predict(prof)
+        open_nodes = self._capacity_in_flight()
+        self._burst(bursting, open_nodes)
+        claimed = {o.node_name for o in open_nodes if o.node_name and o.job_ids}
+        self._scale_down(claimed)
+        return Plan(self.now, tuple(self.actions), tuple(self.decisions), self.predicted)
+
+    def _predict(self, prof: OnPremProfile) -> list[tuple[Job, WaitPolicy, float, float, float]]:
+        """Place pending jobs on-prem in queue order; return those that should burst."""
+        out: list[tuple[Job, WaitPolicy, float, float, float]] = []
+        now = self.now
+        pending = sorted(self.snap.pending, key=lambda j: (j.submit_ts, j.job_id))
+        for job in pending:
+            wp = self.policy.waiting.for_job(job.partition, job.qos)
+            runtime = _runtime(job, self.policy)
+            model = (job.gpu_type or self.onprem_model).lower()
+            placement: Placement | None = None
+            if model in self.onprem_models and set(job.partitions) & self.onprem_parts:
+                placement = prof.earliest(job.gpus, now)
+            start = placement.start_ts if placement is not None else INF
+            budget = wp.budget_s(job.gpus, job.runtime_estimate_s)
+            wait_total = start - job.submit_ts
+            urgent = wp.urgent
+            stay = start <= now if urgent else wait_total <= budget
+            if not stay and not urgent and placement is not None:
+                ranked = self._ranked(job, model, wp, runtime, urgent)
+                boot = ranked[0].boot_s if ranked else INF
+                if start - now <= boot:
+                    self._decide(
+                        ReasonCode.WAIT_FASTER_THAN_BOOT,
+                        (job.job_id,),
+                        predicted_wait_s=start - now,
+                        wait_budget_s=budget,
+                        detail={"boot_s": f"{boot:.0f}"},
+                    )
+                    stay = True
+            if stay and placement is not None:
+                prof.commit(placement, start + runtime)
+                self.predicted[job.job_id] = start
+                if not (urgent or start - now <= 0):
+                    self._decide(
+                        ReasonCode.WAIT_WITHIN_BUDGET,
+                        (job.job_id,),
+                        predicted_wait_s=start - now,
+                        wait_budget_s=budget,
+                    )
+                continue
+            out.append((job, wp, runtime, start, budget))
+        return out
+
+    def _capacity_in_flight(self) -> list[_OpenNode]:
+        """Burst GPUs requested but not yet used: idle or partly used ready nodes and instances
+        still booting. Pending jobs take these before anything new is bought."""
+        nodes: list[_OpenNode] = []
+        seen: set[str] = set()
+        by_instance = {n.instance_id: n for n in self.snap.nodes if n.instance_id}
+        for n in self.snap.nodes:
+            if n.kind is not NodeKind.BURST or n.state not in (NodeState.IDLE, NodeState.MIXED):
+                continue
+            if n.gpus_free <= 0:
+                continue
+            seen.add(n.instance_id or n.name)
+            nodes.append(
+                _OpenNode(
+                    n.pool,
+                    None,
+                    n.gpu_type.lower(),
+                    n.gpus_free,
+                    Decimal(0),
+                    n.gpus,
+                    "spot" in n.features,
+                    node_name=n.name,
+                )
+            )
+        for inst in self.snap.instances:
+            if inst.state not in _IN_FLIGHT or inst.instance_id in seen:
+                continue
+            node = by_instance.get(inst.instance_id)
+            if node is not None and node.state.usable:
+                continue
+            nodes.append(
+                _OpenNode(
+                    inst.pool,
+                    inst.offer,
+                    inst.gpu_model.lower(),
+                    inst.gpus,
+                    Decimal(0),
+                    inst.gpus,
+                    inst.offer.capacity is CapacityType.SPOT,
+                )
+            )
+        return nodes
+
+    def _burst(
+        self,
+        bursting: list[tuple[Job, WaitPolicy, float, float, float]],
+        open_nodes: list[_OpenNode],
+    ) -> None:
+        groups: list[_Group] = []
+        planned_nodes = 0
+        cap_nodes = self.policy.guardrails.max_scale_up_nodes_per_pass
+        for job, wp, runtime, start, budget in bursting:
+            model = (job.gpu_type or self.onprem_model).lower()
+            urgent = wp.urgent
+            team = self.policy.budgets.team_for(job.account)
+            wait_s = start - self.now
+            saved = (start - self.now) if start != INF else math.inf
+            if self.snap.paused:
+                self._decide(
+                    ReasonCode.BLOCKED_PAUSED,
+                    (job.job_id,),
+                    predicted_wait_s=wait_s,
+                    wait_budget_s=budget,
+                    team=team,
+                )
+                continue
+            # 1. capacity already bought (single-node jobs only: a gang needs fresh nodes).
+            slot = next(
+                (
+                    o
+                    for o in open_nodes
+                    if o.free >= job.gpus
+                    and o.gpu_model == model
+                    and not (urgent and o.spot)
+                    and (not o.spot or wp.spot_allowed)
+                ),
+                None,
+            )
+            if slot is not None:
+                slot.free -= job.gpus
+                slot.job_ids.append(job.job_id)
+                if slot.scale_up >= 0:
+                    groups[slot.scale_up].job_ids.append(job.job_id)
+                else:
+                    self._decide(
+                        ReasonCode.COVERED_BY_INFLIGHT,
+                        (job.job_id,),
+                        chosen=slot.key,
+                        detail={"pool": slot.pool, "node": slot.node_name},
+                        predicted_wait_s=wait_s,
+                        wait_budget_s=budget,
+                        team=team,
+                    )
+                continue
+            # 2. a new node: the cheapest offer that passes every guardrail.
+            ranked = self._ranked(job, model, wp, runtime, urgent)
+            if not ranked:
+                self._decide(
+                    ReasonCode.BLOCKED_NO_OFFER,
+                    (job.job_id,),
+                    predicted_wait_s=wait_s,
+                    wait_budget_s=budget,
+                    team=team,
+                    detail={"gpu_model": model, "gpus": str(job.gpus)},
+                )
+                continue
+            alts: list[Alternative] = []
+            chosen: Candidate | None = None
+            blocked: ReasonCode | None = None
+            for cand in ranked:
+                expected = Decimal(repr(round(cand.expected_cost(runtime, self.policy.spot), 6)))
+                why = ""
+                if self.backoff.blocked(cand.key, self.now):
+                    why, code = "backoff", ReasonCode.BLOCKED_BACKOFF
+                elif (
+                    self.pool_nodes.get(cand.pool, 0) + cand.nodes
+                    > self.policy.pool(cand.pool).max_nodes
+                ):
+                    why, code = "pool_max", ReasonCode.BLOCKED_POOL_MAX
+                elif planned_nodes + cand.nodes > cap_nodes:
+                    why, code = "pass_max", ReasonCode.BLOCKED_POOL_MAX
+                else:
+                    verdict = self.budget.allows(cand.usd_hr, team, expected)
+                    if verdict is not None:
+                        why, code = verdict.value, verdict
+                if why:
+                    blocked = blocked or code
+                    if len(alts) < MAX_ALTERNATIVES:
+                        alts.append(Alternative(cand.key, cand.usd_hr, expected, False, why))
+                    continue
+                chosen = cand
+                alts.append(Alternative(cand.key, cand.usd_hr, expected, True))
+                break
+            if chosen is None:
+                self._decide(
+                    blocked or ReasonCode.BLOCKED_NO_OFFER,
+                    (job.job_id,),
+                    alternatives=tuple(alts[:MAX_ALTERNATIVES]),
+                    predicted_wait_s=wait_s,
+                    wait_budget_s=budget,
+                    team=team,
+                    global_headroom_usd_hr=self.budget.global_headroom(),
+                )
+                continue
+            # Show the next cheapest options too, so a reviewer sees what was passed over.
+            for cand in ranked[ranked.index(chosen) + 1 :]:
+                if len(alts) >= MAX_ALTERNATIVES:
+                    break
+                expected = Decimal(repr(round(cand.expected_cost(runtime, self.policy.spot), 6)))
+                alts.append(Alternative(cand.key, cand.usd_hr, expected, False, "costlier"))
+            expected = Decimal(repr(round(chosen.expected_cost(runtime, self.policy.spot), 6)))
+            self.budget.spend(chosen.usd_hr, team, expected)
+            self.pool_nodes[chosen.pool] = self.pool_nodes.get(chosen.pool, 0) + chosen.nodes
+            planned_nodes += chosen.nodes
+            gidx = len(groups)
+            groups.append(
+                _Group(
+                    chosen,
+                    chosen.nodes,
+                    [job.job_id],
+                    team,
+                    tuple(alts),
+                    wait_s,
+                    budget,
+                    saved,
+                    urgent,
+                )
+            )
+            leftover = chosen.gpus_per_node - job.gpus
+            if chosen.nodes == 1 and leftover > 0:
+                open_nodes.append(
+                    _OpenNode(
+                        chosen.pool,
+                        chosen.key,
+                        model,
+                        leftover,
+                        chosen.usd_hr_per_node,
+                        chosen.gpus_per_node,
+                        chosen.key.capacity is CapacityType.SPOT,
+                        scale_up=gidx,
+                        job_ids=[job.job_id],
+                    )
+                )
+        for g in groups:
+            reason = ReasonCode.BURST_URGENT if g.urgent else ReasonCode.BURST_WAIT_EXCEEDS_BUDGET
+            team_room = self.budget.team_headroom.get(g.team)
+            d = self._decide(
+                reason,
+                tuple(g.job_ids),
+                chosen=g.cand.key,
+                alternatives=g.alternatives,
+                predicted_wait_s=g.wait_s,
+                wait_budget_s=g.budget_s,
+                wait_saved_s=g.saved_s,
+                global_headroom_usd_hr=self.budget.global_headroom(),
+                team_headroom_usd=team_room,
+                team=g.team,
+                detail={"pool": g.cand.pool, "boot_s": f"{g.cand.boot_s:.0f}"},
+            )
+            self.actions.append(
+                ScaleUp(
+                    pool=g.cand.pool,
+                    offer=g.cand.key,
+                    nodes=g.nodes,
+                    gpus_per_node=g.cand.gpus_per_node,
+                    usd_per_hour_per_node=g.cand.usd_hr_per_node,
+                    job_ids=tuple(g.job_ids),
+                    decision=d,
+                )
+            )
+
+    def _scale_down(self, claimed: set[str]) -> None:
+        guard = self.policy.guardrails
+        now = self.now
+        for node in sorted(self.snap.nodes, key=lambda n: n.name):
+            if node.kind is not NodeKind.BURST:
+                continue
+            if node.state is NodeState.DRAINED or (
+                node.state is NodeState.DRAINING and node.gpus_alloc == 0
+            ):
+                d = self._decide(ReasonCode.TERMINATE_DRAINED, (), detail={"node": node.name})
+                self.actions.append(Terminate(node.name, node.instance_id, node.pool, d))
+                continue
+            if node.state is not NodeState.IDLE or node.gpus_alloc > 0 or node.name in claimed:
+                continue
+            if node.idle_since_ts is None or now - node.idle_since_ts < guard.idle_timeout_s:
+                continue
+            nvml_idle = node.gpus_idle_by_nvml(guard.nvml_idle_util_pct)
+            if nvml_idle is False or (nvml_idle is None and guard.require_nvml_idle):
+                self._decide(
+                    ReasonCode.KEEP_GPU_BUSY,
+                    (),
+                    detail={
+                        "node": node.name,
+                        "why": "NVML shows GPU load" if nvml_idle is False else "no NVML sample",
+                    },
+                )
+                continue
+            d = self._decide(
+                ReasonCode.SCALE_DOWN_IDLE,
+                (),
+                detail={"node": node.name, "idle_s": f"{now - node.idle_since_ts:.0f}"},
+            )
+            self.actions.append(Drain(node.name, node.instance_id, node.pool, d))
+        for inst in self.snap.instances:
+            if inst.state in _IN_FLIGHT and now - inst.launched_ts > guard.join_timeout_s:
+                d = self._decide(
+                    ReasonCode.JOIN_TIMEOUT,
+                    (),
+                    detail={"instance": inst.instance_id, "state": inst.state.value},
+                )
+                self.actions.append(Terminate(inst.node_name, inst.instance_id, inst.pool, d))
+
+
+def plan(
+    snapshot: ClusterSnapshot,
+    policy: Policy,
+    catalog: Catalog,
+    backoff: Backoff,
+    now: float,
+    *,
+    onprem: OnPremProfile | None = None,
+) -> Plan:
+    """Plan one pass. Pure: reads only its arguments and never mutates them.
+
+    `onprem` lets the simulator pass the slot profile it maintains incrementally instead of
+    rebuilding it from the snapshot's running jobs on every event; it is copied, never changed.
+    """
+    return _Planner(snapshot, policy, catalog, backoff, now).run(onprem)
