@@ -1,0 +1,1 @@
+"""Register: make burst nodes part of the one Slurm cluster, drain and remove them."""

@@ -1,0 +1,271 @@
+#!/bin/bash
+# slurm-up.sh [DIR] -- idempotently bring up the project's real single-host Slurm 22.05 cluster
+# (Debian 12 packages) for tests and demos. Adapted from ../shared/notes/slurm/start-cluster.sh.
+#
+#   * munged + slurmctld + one slurmd per on-prem node (2 nodes x 4 fake A100 GPUs: gres.conf
+#     File= symlinks to /dev/null), optional slurmrestd on a unix socket;
+#   * State=CLOUD burst nodes (Weight higher than on-prem, Features cloud,aws,<region>,spot) in
+#     partition "cloud"; a job submitted to `-p onprem,cloud` may land there;
+#   * Resume/Suspend/ResumeFailProgram are DIR/bin wrappers that hand the hostlist to
+#     `provisioner slurm resume|suspend|resume-fail` (Slurm-driven mode). Nothing here boots a
+#     node: the provisioner's local launcher (provisioner/register/launcher.py) starts the burst
+#     node's slurmd, playing the cloud VM. HOOK_MODE=autojoin makes the wrappers start slurmd
+#     themselves instead (manual use without the Python package).
+#
+# Must run as root. Everything lives in DIR (default <repo>/.slurm). Re-running is a no-op when
+# the cluster is up and the config unchanged. Writes DIR/env.sh (`export K=V` lines).
+#
+# Tunables (env), defaults sized for fast tests:
+#   N_ONPREM=2 ONPREM_GPUS=4 N_CLOUD=4 CLOUD_GPUS=8 CLOUD_PREFIX=cloud-aws
+#   CLOUD_FEATURES=cloud,aws,us-east-1,spot CLOUD_WEIGHT=100 ONPREM_WEIGHT=1
+#   NODE_CPUS=2 NODE_MEM=1000 GPU_TYPE=a100
+#   SUSPEND_TIME=10 SUSPEND_TIMEOUT=5 RESUME_TIMEOUT=15 SLURMD_TIMEOUT=60
+#   PORT_BASE=6817 (ctld=+0, slurmd port=+1, on-prem slurmds=+10.., cloud slurmds=+40..)
+#   WITH_REST=1    slurmrestd on unix:DIR/run/slurmrestd.sock
+#   HOOK_MODE=provisioner|autojoin|log   PROVISIONER=<repo>/.venv/bin/provisioner
+#   INSTALL=1      0 = never call apt-get
+set -euo pipefail
+T_START=$(date +%s%N)
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+DIR=${1:-${SLURM_DIR:-$REPO/.slurm}}
+mkdir -p "$DIR"; DIR=$(cd "$DIR" && pwd)
+
+N_ONPREM=${N_ONPREM:-2};   ONPREM_GPUS=${ONPREM_GPUS:-4}
+N_CLOUD=${N_CLOUD:-4};     CLOUD_GPUS=${CLOUD_GPUS:-8}; CLOUD_PREFIX=${CLOUD_PREFIX:-cloud-aws}
+CLOUD_FEATURES=${CLOUD_FEATURES:-cloud,aws,us-east-1,spot}
+CLOUD_WEIGHT=${CLOUD_WEIGHT:-100}; ONPREM_WEIGHT=${ONPREM_WEIGHT:-1}
+NODE_CPUS=${NODE_CPUS:-2}; NODE_MEM=${NODE_MEM:-1000};  GPU_TYPE=${GPU_TYPE:-a100}
+SUSPEND_TIME=${SUSPEND_TIME:-10}; SUSPEND_TIMEOUT=${SUSPEND_TIMEOUT:-5}
+RESUME_TIMEOUT=${RESUME_TIMEOUT:-15}; SLURMD_TIMEOUT=${SLURMD_TIMEOUT:-60}
+PORT_BASE=${PORT_BASE:-6817}
+WITH_REST=${WITH_REST:-1}; INSTALL=${INSTALL:-1}
+PROVISIONER=${PROVISIONER:-$REPO/.venv/bin/provisioner}
+if [ -z "${HOOK_MODE:-}" ]; then
+  if [ -x "$PROVISIONER" ]; then HOOK_MODE=provisioner; else HOOK_MODE=autojoin; fi
+fi
+CTLD_PORT=$PORT_BASE; SLURMD_PORT=$((PORT_BASE+1))
+SYSPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH=$SYSPATH:$PATH
+export SLURM_CONF=$DIR/etc/slurm.conf
+
+secs_since() { local d=$(( ($(date +%s%N) - $1) / 10000000 )); printf '%d.%02d' $((d/100)) $((d%100)); }
+log() { printf '[slurm-up %6ss] %s\n' "$(secs_since "$T_START")" "$*"; }
+die() { log "ERROR: $*"; exit 1; }
+[ "$(id -u)" = 0 ] || die "must run as root"
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1" 2>/dev/null)" 2>/dev/null \
+          && [ "$(awk '{print $3}' "/proc/$(cat "$1")/stat" 2>/dev/null)" != Z ]; }
+wait_for() { # wait_for <timeout_s> <cmd...>
+  local t=$1; shift; local end=$(( $(date +%s) + t ))
+  until "$@" >/dev/null 2>&1; do [ "$(date +%s)" -ge "$end" ] && return 1; sleep 0.2; done; }
+
+# ---------------------------------------------------------------- 1. packages
+need=()
+for c in slurmctld slurmd munged sinfo; do command -v $c >/dev/null || need+=(slurm-wlm munge); done
+if [ "$WITH_REST" = 1 ]; then
+  command -v slurmrestd >/dev/null || need+=(slurmrestd)
+  command -v curl >/dev/null || need+=(curl)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  [ "$INSTALL" = 1 ] || die "missing packages: ${need[*]}"
+  pkgs=$(printf '%s\n' "${need[@]}" | sort -u | tr '\n' ' ')
+  log "installing: $pkgs"
+  t0=$(date +%s%N)
+  export DEBIAN_FRONTEND=noninteractive
+  # shellcheck disable=SC2086
+  apt-get install -y --no-install-recommends $pkgs >"$DIR/apt.log" 2>&1 || {
+    apt-get update >>"$DIR/apt.log" 2>&1
+    apt-get install -y --no-install-recommends $pkgs >>"$DIR/apt.log" 2>&1 \
+      || die "apt-get install failed ($DIR/apt.log)"; }
+  log "installed in $(secs_since "$t0")s"
+fi
+
+# ---------------------------------------------------------------- 2. layout + key
+mkdir -p "$DIR"/{etc,state/ctld,state/provisioner,log,run,bin,dev,jobs}
+install -d -o munge -g munge -m 0755 "$DIR/munge"   # socket dir must be o+x
+[ -s "$DIR/munge/munge.key" ] || dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
+chown munge:munge "$DIR/munge/munge.key"; chmod 0400 "$DIR/munge/munge.key"
+maxg=$(( ONPREM_GPUS > CLOUD_GPUS ? ONPREM_GPUS : CLOUD_GPUS ))
+for ((i=0;i<maxg;i++)); do ln -sfn /dev/null "$DIR/dev/nvidia$i"; done
+
+ONPREM_NODES=(); CLOUD_NODES=()
+for ((i=1;i<=N_ONPREM;i++)); do ONPREM_NODES+=("onprem-$i"); done
+for ((i=1;i<=N_CLOUD;i++));  do CLOUD_NODES+=("$CLOUD_PREFIX-$i"); done
+for n in "${ONPREM_NODES[@]}" "${CLOUD_NODES[@]}"; do mkdir -p "$DIR/state/d-$n"; done
+HOST=$(hostname -s)
+
+# ---------------------------------------------------------------- 3. configs
+CHANGED=0
+write_if_changed() { # write_if_changed <file>  (content on stdin)
+  local tmp; tmp=$(mktemp); cat >"$tmp"
+  if ! cmp -s "$tmp" "$1"; then mv "$tmp" "$1"; chmod 0644 "$1"; CHANGED=1; else rm -f "$tmp"; fi; }
+gen_slurm_conf() {
+cat <<EOF
+# generated by scripts/slurm-up.sh
+ClusterName=burst
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$DIR/munge/munge.sock
+StateSaveLocation=$DIR/state/ctld
+SlurmdSpoolDir=$DIR/state/d-%n
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+GresTypes=gpu
+ReturnToService=2
+SlurmdTimeout=$SLURMD_TIMEOUT
+SlurmdParameters=config_overrides
+# cloud bursting (power saving)
+SlurmctldParameters=idle_on_node_suspend,cloud_reg_addrs,power_save_interval=1
+PrivateData=cloud
+TreeWidth=65533
+CommunicationParameters=NoAddrCache
+SuspendProgram=$DIR/bin/suspend.sh
+ResumeProgram=$DIR/bin/resume.sh
+ResumeFailProgram=$DIR/bin/resumefail.sh
+SuspendTime=$SUSPEND_TIME
+SuspendTimeout=$SUSPEND_TIMEOUT
+ResumeTimeout=$RESUME_TIMEOUT
+SuspendExcParts=onprem
+JobCompType=jobcomp/filetxt
+JobCompLoc=$DIR/log/jobcomp.txt
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+EOF
+echo "# on-prem nodes: one slurmd per NodeName on this host, told apart by Port"
+local p=$((PORT_BASE+10)) n
+for n in "${ONPREM_NODES[@]}"; do
+  echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$HOST Port=$p CPUs=$NODE_CPUS RealMemory=$NODE_MEM Gres=gpu:$GPU_TYPE:$ONPREM_GPUS Feature=onprem Weight=$ONPREM_WEIGHT State=UNKNOWN"
+  p=$((p+1)); done
+echo "# burst nodes (same shape as provisioner.register.slurm_conf renders, plus a Port each)"
+p=$((PORT_BASE+40))
+for n in "${CLOUD_NODES[@]}"; do
+  echo "NodeName=$n Port=$p CPUs=$NODE_CPUS RealMemory=$NODE_MEM Gres=gpu:$GPU_TYPE:$CLOUD_GPUS Feature=$CLOUD_FEATURES Weight=$CLOUD_WEIGHT State=CLOUD"
+  p=$((p+1)); done
+echo "PartitionName=onprem Nodes=$(IFS=,; echo "${ONPREM_NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
+[ "$N_CLOUD" -gt 0 ] && echo "PartitionName=cloud Nodes=$(IFS=,; echo "${CLOUD_NODES[*]}") MaxTime=INFINITE State=UP"
+return 0
+}
+write_if_changed "$DIR/etc/slurm.conf" < <(gen_slurm_conf)
+
+gen_gres_conf() {
+echo "AutoDetect=off"
+local n
+for n in "${ONPREM_NODES[@]}"; do echo "NodeName=$n Name=gpu Type=$GPU_TYPE File=$DIR/dev/nvidia[0-$((ONPREM_GPUS-1))]"; done
+for n in "${CLOUD_NODES[@]}";  do echo "NodeName=$n Name=gpu Type=$GPU_TYPE File=$DIR/dev/nvidia[0-$((CLOUD_GPUS-1))]"; done
+}
+write_if_changed "$DIR/etc/gres.conf" < <(gen_gres_conf)
+
+# Resume/Suspend/ResumeFailProgram wrappers. slurmscriptd runs them with no PATH and most
+# signals blocked; they must return quickly.
+write_hook() { # write_hook <file> <provisioner verb> <log word>
+  write_if_changed "$1" <<EOF
+#!/bin/bash
+# generated by scripts/slurm-up.sh: Slurm calls this with a hostlist, e.g. "cloud-aws-[1-3]".
+export PATH=$SYSPATH SLURM_CONF=$SLURM_CONF
+echo "\$(date +%FT%T) $3 \$1 mode=$HOOK_MODE" >> "$DIR/log/power.log"
+case "$HOOK_MODE" in
+  provisioner) exec "$PROVISIONER" slurm $2 --state-dir "$DIR/state/provisioner" "\$1" \\
+                 >> "$DIR/log/power.log" 2>&1 ;;
+  autojoin) exec "$DIR/bin/autojoin.sh" $2 "\$1" >> "$DIR/log/power.log" 2>&1 ;;
+esac
+exit 0
+EOF
+  chmod 0755 "$1"
+}
+write_hook "$DIR/bin/resume.sh" resume RESUME
+write_hook "$DIR/bin/suspend.sh" suspend SUSPEND
+write_hook "$DIR/bin/resumefail.sh" resume-fail RESUMEFAIL
+# autojoin: the hooks themselves start/stop the node's slurmd (no provisioner involved).
+write_if_changed "$DIR/bin/autojoin.sh" <<EOF
+#!/bin/bash
+export PATH=$SYSPATH SLURM_CONF=$SLURM_CONF
+verb=\$1; nodes=\$(scontrol show hostnames "\$2")
+for node in \$nodes; do
+  pf="$DIR/run/slurmd-\$node.pid"
+  case "\$verb" in
+    resume) [ -f "\$pf" ] && kill -0 "\$(cat "\$pf")" 2>/dev/null && continue
+            env --default-signal slurmd -b -f "\$SLURM_CONF" -N "\$node" </dev/null ;;
+    suspend) pid=\$(cat "\$pf" 2>/dev/null) && [ -n "\$pid" ] && kill "\$pid" 2>/dev/null ;;
+  esac
+done
+exit 0
+EOF
+chmod 0755 "$DIR/bin/autojoin.sh"
+touch "$DIR/log/power.log"
+
+write_if_changed "$DIR/env.sh" <<EOF
+export SLURM_DIR=$DIR
+export SLURM_CONF=$SLURM_CONF
+export PROVISIONER_STATE_DIR=$DIR/state/provisioner
+export SLURM_ONPREM_NODES=$(IFS=,; echo "${ONPREM_NODES[*]}")
+export SLURM_CLOUD_NODES=$(IFS=,; echo "${CLOUD_NODES[*]}")
+export SLURM_SUSPEND_TIME=$SUSPEND_TIME
+export SLURM_SUSPEND_TIMEOUT=$SUSPEND_TIMEOUT
+export SLURM_RESUME_TIMEOUT=$RESUME_TIMEOUT
+export SLURMRESTD_SOCKET=$( [ "$WITH_REST" = 1 ] && echo "$DIR/run/slurmrestd.sock" )
+EOF
+log "configs in $DIR/etc (changed=$CHANGED, hooks=$HOOK_MODE)"
+
+# ---------------------------------------------------------------- 4. daemons
+M=$DIR/munge
+if ! alive "$M/munged.pid"; then
+  runuser -u munge -- munged --socket="$M/munge.sock" --key-file="$M/munge.key" \
+    --pid-file="$M/munged.pid" --log-file="$M/munged.log" --seed-file="$M/munged.seed"
+  wait_for 10 bash -c "munge -S '$M/munge.sock' -n | unmunge -S '$M/munge.sock'" || die "munged not answering"
+  log "munged started"
+fi
+
+RECONF=0
+if alive "$DIR/run/slurmctld.pid" && [ "$CHANGED" = 1 ]; then
+  # node/partition changes are not reconfigurable in 22.05: restart slurmctld (jobs are kept).
+  pid=$(cat "$DIR/run/slurmctld.pid"); kill "$pid"
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  log "configs changed -> restarting slurmctld"; RECONF=1
+fi
+if ! alive "$DIR/run/slurmctld.pid"; then
+  setsid slurmctld -f "$SLURM_CONF" </dev/null >/dev/null 2>&1
+  wait_for 30 scontrol ping || die "slurmctld not answering ($DIR/log/slurmctld.log)"
+  log "slurmctld started"
+fi
+for n in "${ONPREM_NODES[@]}"; do
+  alive "$DIR/run/slurmd-$n.pid" || setsid slurmd -f "$SLURM_CONF" -N "$n" </dev/null >/dev/null 2>&1
+done
+[ "$RECONF" = 1 ] && scontrol reconfigure
+# Saved state may claim a CLOUD node is powered up although its slurmd is gone: power it down.
+for n in "${CLOUD_NODES[@]}"; do
+  alive "$DIR/run/slurmd-$n.pid" && continue
+  st=$(sinfo -h -n "$n" -o '%t' 2>/dev/null || true)
+  case "$st" in *'~'*|*'%'*|'') ;; *)
+    scontrol update nodename="$n" state=power_down_force reason="slurm-up: no slurmd" \
+      && log "forced stale cloud node $n ($st) to power down" ;; esac
+done
+
+all_idle() { local s; s=$(sinfo -h -p onprem -o '%t' 2>/dev/null | sort -u | tr '\n' ' '); [ "$s" = "idle " ]; }
+wait_for 60 all_idle || { sinfo -N || true; die "on-prem nodes not idle after 60s"; }
+
+if [ "$WITH_REST" = 1 ] && ! alive "$DIR/run/slurmrestd.pid"; then
+  rm -f "$DIR/run/slurmrestd.sock"
+  SLURMRESTD_SECURITY=disable_user_check setsid slurmrestd -f "$SLURM_CONF" -a rest_auth/local \
+    -s openapi/v0.0.38 "unix:$DIR/run/slurmrestd.sock" </dev/null >"$DIR/log/slurmrestd.log" 2>&1 &
+  echo $! > "$DIR/run/slurmrestd.pid"
+  wait_for 15 curl -sf --unix-socket "$DIR/run/slurmrestd.sock" http://localhost/slurm/v0.0.38/ping \
+    || die "slurmrestd not answering ($DIR/log/slurmrestd.log)"
+  log "slurmrestd on unix:$DIR/run/slurmrestd.sock"
+fi
+log "READY in $(secs_since "$T_START")s -> source $DIR/env.sh"
