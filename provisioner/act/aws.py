@@ -1,0 +1,496 @@
+"""AWS adapter (boto3): launch template + auto scaling group per node group.
+
+boto3 is imported lazily. Clients honour `AWS_ENDPOINT_URL` (or an explicit endpoint, e.g. moto's
+server) and are built with botocore's own retries off (`total_max_attempts=1`): the one tenacity
+policy in `retry.py` does the retrying. Errors are mapped from botocore error *codes*, never from
+message text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from tenacity import Retrying
+
+from provisioner.act.ports import (
+    TAG_CONTROLLER,
+    CloudState,
+    GroupStatus,
+    OwnedInstance,
+    PoolSpec,
+    request_token,
+)
+from provisioner.act.retry import cloud_retrying
+from provisioner.act.shapes import aws_group_tags, aws_launch_template_data, aws_tag_list
+from provisioner.domain.errors import (
+    AuthError,
+    CapacityError,
+    CloudError,
+    NotFoundError,
+    QuotaError,
+    ThrottlingError,
+    TransientError,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+ASG_NAME_TAG = "aws:autoscaling:groupName"
+SHAPE_TAG = "shape"
+
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "InsufficientCapacity",
+        "InsufficientCapacityOnHost",
+        "SpotMaxPriceTooLow",
+        "Unsupported",  # the instance type is not offered in the requested zone
+    }
+)
+QUOTA_CODES = frozenset(
+    {
+        "InstanceLimitExceeded",
+        "VcpuLimitExceeded",
+        "MaxSpotInstanceCountExceeded",
+        "LimitExceeded",  # autoscaling: too many groups / launch configurations
+        "ResourceLimitExceeded",
+        "LaunchTemplateLimitExceeded",
+    }
+)
+THROTTLING_CODES = frozenset(
+    {
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "TooManyRequestsException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "SlowDown",
+        "PriorRequestNotComplete",
+        "EC2ThrottledException",
+        "ResourceContention",  # autoscaling: concurrent updates to the same group
+    }
+)
+TRANSIENT_CODES = frozenset(
+    {
+        "InternalError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+        "Unavailable",
+        "ServerInternal",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "ScalingActivityInProgress",
+    }
+)
+AUTH_CODES = frozenset(
+    {
+        "AuthFailure",
+        "UnauthorizedOperation",
+        "AccessDenied",
+        "AccessDeniedException",
+        "InvalidClientTokenId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "UnrecognizedClientException",
+        "MissingAuthenticationToken",
+        "OptInRequired",
+        "Blocked",
+    }
+)
+ALREADY_EXISTS_CODES = frozenset(
+    {"AlreadyExists", "InvalidLaunchTemplateName.AlreadyExistsException"}
+)
+
+
+def _is_not_found(code: str) -> bool:
+    return code.endswith((".NotFound", "NotFoundException")) or code in ("NotFound", "NoSuchEntity")
+
+
+def map_client_error(code: str, http_status: int, message: str, offer: str = "") -> CloudError:
+    """The taxonomy for one botocore error code (message text is carried, never inspected)."""
+    cls: type[CloudError]
+    if code in CAPACITY_CODES:
+        cls = CapacityError
+    elif code in QUOTA_CODES:
+        cls = QuotaError
+    elif code in THROTTLING_CODES or http_status == 429:
+        cls = ThrottlingError
+    elif code in AUTH_CODES:
+        cls = AuthError
+    elif _is_not_found(code):
+        cls = NotFoundError
+    elif code in TRANSIENT_CODES or http_status >= 500:
+        cls = TransientError
+    else:
+        cls = CloudError
+    return cls(f"aws {code}: {message}", code=code, offer=offer)
+
+
+def map_aws_error(exc: Exception, offer: str = "") -> CloudError:
+    """Map any exception from boto3/botocore to the taxonomy."""
+    if isinstance(exc, CloudError):
+        return exc
+    from botocore import exceptions as bex  # lazy: botocore is an optional extra
+
+    if isinstance(exc, bex.ClientError):
+        err = exc.response.get("Error", {})
+        meta = exc.response.get("ResponseMetadata", {})
+        return map_client_error(
+            str(err.get("Code", "")),
+            int(meta.get("HTTPStatusCode") or 0),
+            str(err.get("Message", "")),
+            offer,
+        )
+    if isinstance(exc, bex.NoCredentialsError | bex.PartialCredentialsError):
+        return AuthError(f"aws credentials: {exc}", code="NoCredentials", offer=offer)
+    if isinstance(
+        exc,
+        bex.EndpointConnectionError
+        | bex.ConnectionClosedError
+        | bex.ReadTimeoutError
+        | bex.ConnectTimeoutError,
+    ):
+        return TransientError(f"aws connection: {exc}", code=type(exc).__name__, offer=offer)
+    if isinstance(exc, bex.BotoCoreError):
+        return CloudError(f"aws: {exc}", code=type(exc).__name__, offer=offer)
+    raise exc
+
+
+class AwsClients:
+    """Builds and caches boto3 clients per (service, region)."""
+
+    def __init__(
+        self,
+        endpoint_url: str | None = None,
+        *,
+        session: Any = None,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 30.0,
+    ) -> None:
+        self.endpoint_url = endpoint_url  # None: boto3 reads AWS_ENDPOINT_URL itself
+        self._session = session
+        self._timeouts = (connect_timeout_s, read_timeout_s)
+        self._cache: dict[tuple[str, str], Any] = {}
+
+    def client(self, service: str, region: str) -> Any:
+        key = (service, region)
+        if key not in self._cache:
+            import boto3
+            from botocore.config import Config
+
+            cfg = Config(
+                retries={"mode": "standard", "total_max_attempts": 1},
+                connect_timeout=self._timeouts[0],
+                read_timeout=self._timeouts[1],
+                user_agent_extra="gpu-burst-provisioner",
+            )
+            session = self._session or boto3.session.Session()
+            kwargs: dict[str, Any] = {"region_name": region, "config": cfg}
+            if self.endpoint_url:
+                kwargs["endpoint_url"] = self.endpoint_url
+            self._cache[key] = session.client(service, **kwargs)
+        return self._cache[key]
+
+    def ec2(self, region: str) -> Any:
+        return self.client("ec2", region)
+
+    def autoscaling(self, region: str) -> Any:
+        return self.client("autoscaling", region)
+
+
+class _AwsBase:
+    def __init__(self, clients: AwsClients | None = None, retrying: Retrying | None = None) -> None:
+        self.clients = clients or AwsClients()
+        self.retrying = retrying or cloud_retrying()
+
+    def _call(self, fn: Callable[..., T], offer: str = "", **kwargs: Any) -> T:
+        """One SDK call under the retry policy, errors mapped to the taxonomy."""
+
+        def attempt() -> T:
+            try:
+                return fn(**kwargs)
+            except Exception as exc:
+                raise map_aws_error(exc, offer) from exc
+
+        return self.retrying(attempt)
+
+    def _find_group(self, spec: PoolSpec) -> dict[str, Any] | None:
+        asg = self.clients.autoscaling(spec.region)
+        out = self._call(
+            asg.describe_auto_scaling_groups,
+            str(spec.offer),
+            AutoScalingGroupNames=[spec.group_name],
+        )
+        groups: list[dict[str, Any]] = out.get("AutoScalingGroups", [])
+        return groups[0] if groups else None
+
+
+class AwsPoolDriver(_AwsBase):
+    """SDK `PoolDriver`: launch template + auto scaling group (min 0, max from policy)."""
+
+    def ensure(self, spec: PoolSpec) -> None:
+        lt_name = self._ensure_launch_template(spec)
+        self._ensure_group(spec, lt_name)
+
+    def _ensure_launch_template(self, spec: PoolSpec) -> str:
+        ec2 = self.clients.ec2(spec.region)
+        offer = str(spec.offer)
+        name = spec.group_name
+        data = aws_launch_template_data(spec)
+        found = self._call(
+            ec2.describe_launch_templates,
+            offer,
+            Filters=[{"Name": "launch-template-name", "Values": [name]}],
+        ).get("LaunchTemplates", [])
+        tags = {**spec.tags, SHAPE_TAG: spec.shape_hash}
+        if not found:
+            try:
+                self._call(
+                    ec2.create_launch_template,
+                    offer,
+                    LaunchTemplateName=name,
+                    ClientToken=request_token("lt", name, spec.shape_hash),
+                    LaunchTemplateData=data,
+                    TagSpecifications=[
+                        {"ResourceType": "launch-template", "Tags": aws_tag_list(tags)}
+                    ],
+                )
+            except CloudError as exc:
+                if exc.code not in ALREADY_EXISTS_CODES:  # a concurrent create won the race
+                    raise
+            return name
+        lt = found[0]
+        current = {t["Key"]: t["Value"] for t in lt.get("Tags", [])}
+        if current.get(SHAPE_TAG) != spec.shape_hash:
+            ver = self._call(
+                ec2.create_launch_template_version,
+                offer,
+                LaunchTemplateId=lt["LaunchTemplateId"],
+                ClientToken=request_token("ltv", name, spec.shape_hash),
+                LaunchTemplateData=data,
+            )["LaunchTemplateVersion"]["VersionNumber"]
+            self._call(
+                ec2.modify_launch_template,
+                offer,
+                LaunchTemplateId=lt["LaunchTemplateId"],
+                DefaultVersion=str(ver),
+            )
+            self._call(
+                ec2.create_tags,
+                offer,
+                Resources=[lt["LaunchTemplateId"]],
+                Tags=aws_tag_list(tags),
+            )
+        return name
+
+    def _ensure_group(self, spec: PoolSpec, lt_name: str) -> None:
+        asg = self.clients.autoscaling(spec.region)
+        offer = str(spec.offer)
+        lt_ref = {"LaunchTemplateName": lt_name, "Version": "$Default"}
+        group = self._find_group(spec)
+        if group is None:
+            placement: dict[str, Any]
+            if spec.subnets:
+                placement = {"VPCZoneIdentifier": ",".join(spec.subnets)}
+            else:
+                placement = {"AvailabilityZones": list(spec.zones) or [f"{spec.region}a"]}
+            try:
+                self._call(
+                    asg.create_auto_scaling_group,
+                    offer,
+                    AutoScalingGroupName=spec.group_name,
+                    LaunchTemplate=lt_ref,
+                    MinSize=0,
+                    MaxSize=spec.max_size,
+                    DesiredCapacity=0,
+                    Tags=aws_group_tags(spec),
+                    CapacityRebalance=spec.spot,
+                    **placement,
+                )
+            except CloudError as exc:
+                if exc.code not in ALREADY_EXISTS_CODES:
+                    raise
+            return
+        if group.get("MaxSize") != spec.max_size:
+            # The desired size is the controller's business (CloudCapacity.resize), never here.
+            self._call(
+                asg.update_auto_scaling_group,
+                offer,
+                AutoScalingGroupName=spec.group_name,
+                MaxSize=spec.max_size,
+                LaunchTemplate=lt_ref,
+            )
+
+    def delete(self, spec: PoolSpec) -> None:
+        asg = self.clients.autoscaling(spec.region)
+        ec2 = self.clients.ec2(spec.region)
+        offer = str(spec.offer)
+        if self._find_group(spec) is not None:
+            with contextlib.suppress(NotFoundError):
+                self._call(
+                    asg.delete_auto_scaling_group,
+                    offer,
+                    AutoScalingGroupName=spec.group_name,
+                    ForceDelete=True,
+                )
+        found = self._call(
+            ec2.describe_launch_templates,
+            offer,
+            Filters=[{"Name": "launch-template-name", "Values": [spec.group_name]}],
+        ).get("LaunchTemplates", [])
+        for lt in found:
+            with contextlib.suppress(NotFoundError):
+                self._call(
+                    ec2.delete_launch_template, offer, LaunchTemplateId=lt["LaunchTemplateId"]
+                )
+
+
+_EC2_STATES = {
+    "pending": CloudState.PENDING,
+    "running": CloudState.RUNNING,
+    "stopping": CloudState.STOPPING,
+    "shutting-down": CloudState.STOPPING,
+    "stopped": CloudState.STOPPED,
+    "terminated": CloudState.TERMINATED,
+}
+_GONE_LIFECYCLE = ("Terminating", "Terminating:Wait", "Terminating:Proceed", "Terminated")
+
+
+class AwsCapacity(_AwsBase):
+    """`CloudCapacity` over EC2 and EC2 Auto Scaling in the given regions."""
+
+    cloud = "aws"
+
+    def __init__(
+        self,
+        regions: Iterable[str],
+        clients: AwsClients | None = None,
+        retrying: Retrying | None = None,
+    ) -> None:
+        super().__init__(clients, retrying)
+        self.regions = tuple(regions)
+
+    def list_owned(self, controller: str) -> Sequence[OwnedInstance]:
+        out: list[OwnedInstance] = []
+        for region in self.regions:
+            ec2 = self.clients.ec2(region)
+            filters = [
+                {"Name": f"tag:{TAG_CONTROLLER}", "Values": [controller]},
+                {
+                    "Name": "instance-state-name",
+                    "Values": ["pending", "running", "stopping", "stopped", "shutting-down"],
+                },
+            ]
+            token: str | None = None
+            while True:
+                kwargs: dict[str, Any] = {"Filters": filters, "MaxResults": 500}
+                if token:
+                    kwargs["NextToken"] = token
+                page = self._call(ec2.describe_instances, **kwargs)
+                for res in page.get("Reservations", []):
+                    for inst in res.get("Instances", []):
+                        out.append(_owned(inst, region))
+                token = page.get("NextToken")
+                if not token:
+                    break
+        return out
+
+    def group_status(self, spec: PoolSpec) -> GroupStatus:
+        group = self._find_group(spec)
+        if group is None:
+            return GroupStatus(exists=False)
+        launched = sum(
+            1 for i in group.get("Instances", []) if i.get("LifecycleState") not in _GONE_LIFECYCLE
+        )
+        desired = int(group.get("DesiredCapacity", 0))
+        failure = self._launch_failure(spec) if launched < desired else None
+        return GroupStatus(exists=True, desired=desired, launched=launched, failure=failure)
+
+    def _launch_failure(self, spec: PoolSpec) -> CloudError | None:
+        """A failed launch activity since the last successful one. AWS reports the reason only as
+        text (StatusMessage), so the failure is classed as capacity from the status code alone."""
+        asg = self.clients.autoscaling(spec.region)
+        acts = self._call(
+            asg.describe_scaling_activities,
+            str(spec.offer),
+            AutoScalingGroupName=spec.group_name,
+            MaxRecords=20,
+        ).get("Activities", [])
+        acts = sorted(acts, key=lambda a: a.get("StartTime") or 0, reverse=True)
+        for act in acts:
+            status = act.get("StatusCode")
+            if status == "Successful":
+                return None
+            if status == "Failed":
+                return CapacityError(
+                    f"aws: launch failed in {spec.group_name}: {act.get('StatusMessage', '')}",
+                    code="ScalingActivityFailed",
+                    offer=str(spec.offer),
+                )
+        return None
+
+    def resize(self, spec: PoolSpec, target: int, token: str) -> None:
+        """SetDesiredCapacity is absolute, so it is idempotent without a token; the decision that
+        asked for the size is written to the group's propagated `decision` tag first, so the new
+        instances carry it."""
+        asg = self.clients.autoscaling(spec.region)
+        offer = str(spec.offer)
+        if target > spec.max_size:
+            raise CloudError(
+                f"{spec.group_name}: target {target} exceeds max {spec.max_size}",
+                code="ValidationError",
+                offer=offer,
+            )
+        decision_tag = [t for t in aws_group_tags(spec) if t["Key"] == "decision"]
+        self._call(asg.create_or_update_tags, offer, Tags=decision_tag)
+        log.info("resize %s to %d (token %s)", spec.group_name, target, token)
+        self._call(
+            asg.set_desired_capacity,
+            offer,
+            AutoScalingGroupName=spec.group_name,
+            DesiredCapacity=target,
+            HonorCooldown=False,
+        )
+
+    def terminate(self, instance: OwnedInstance, token: str) -> None:
+        asg = self.clients.autoscaling(instance.region)
+        ec2 = self.clients.ec2(instance.region)
+        members = self._call(
+            asg.describe_auto_scaling_instances, InstanceIds=[instance.instance_id]
+        ).get("AutoScalingInstances", [])
+        try:
+            if members:
+                self._call(
+                    asg.terminate_instance_in_auto_scaling_group,
+                    InstanceId=instance.instance_id,
+                    ShouldDecrementDesiredCapacity=True,
+                )
+            else:
+                self._call(ec2.terminate_instances, InstanceIds=[instance.instance_id])
+        except NotFoundError:
+            log.info("instance %s already gone", instance.instance_id)
+
+
+def _owned(inst: dict[str, Any], region: str) -> OwnedInstance:
+    tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+    launch = inst.get("LaunchTime")
+    return OwnedInstance(
+        instance_id=inst["InstanceId"],
+        cloud="aws",
+        region=region,
+        zone=inst.get("Placement", {}).get("AvailabilityZone", ""),
+        instance_type=inst.get("InstanceType", ""),
+        state=_EC2_STATES.get(inst.get("State", {}).get("Name", ""), CloudState.PENDING),
+        launched_ts=launch.timestamp() if launch is not None else 0.0,
+        group=tags.get(ASG_NAME_TAG, ""),
+        tags=tags,
+    )

@@ -1,0 +1,29 @@
+"""Feed cloud outcomes into the per-offer back-off: capacity and quota errors block the offer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from provisioner.act.offer_backoff import Backoff
+from provisioner.domain.errors import CloudError
+from provisioner.domain.offers import OfferKey
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffSettings:
+    initial_s: float = 300.0
+    max_s: float = 3600.0
+
+
+def record_error(
+    backoff: Backoff, key: OfferKey, error: CloudError, now_ts: float, settings: BackoffSettings
+) -> Backoff:
+    """Back off `key` when the error says the offer itself is the problem (capacity, quota).
+    Throttling, transient, auth and not-found errors say nothing about the offer."""
+    if error.backoff_offer:
+        return backoff.record_failure(key, now_ts, settings.initial_s, settings.max_s)
+    return backoff
+
+
+def record_success(backoff: Backoff, key: OfferKey) -> Backoff:
+    return backoff.record_success(key)

@@ -1,0 +1,221 @@
+"""The act-side ports: what a node group looks like, and the two tiny interfaces to a cloud.
+
+A pool (from `policies/pools.yaml`) becomes one concrete node group per (region, instance type,
+capacity type) it uses: an auto scaling group on AWS, a regional managed instance group on GCP.
+`PoolSpec` describes one such group; `PoolDriver` creates or deletes its shape (Pulumi or the SDK);
+`CloudCapacity` lists, resizes and terminates what runs in it. Adapters raise only the `CloudError`
+taxonomy of `provisioner.domain.errors`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from provisioner.domain.errors import CloudError
+from provisioner.domain.offers import CapacityType, OfferKey
+
+# Tag (AWS) / label (GCP) keys every resource carries. GCP label keys and values allow only
+# lowercase letters, digits, "-" and "_", so the same keys work on both clouds.
+TAG_CONTROLLER = "controller"
+TAG_POOL = "pool"
+TAG_TEAM = "team"
+TAG_DECISION = "decision"
+TAG_GROUP = "group"
+TAG_WORKLOAD = "workload"
+TAG_CAPACITY = "capacity"
+COST_TAGS = (TAG_CONTROLLER, TAG_POOL, TAG_TEAM, TAG_DECISION)
+UNASSIGNED_TEAM = "unassigned"
+
+_NAME_MAX = 63  # GCP resource names and label values; AWS allows more
+_UNSAFE = re.compile(r"[^a-z0-9-]+")
+
+
+def safe_name(text: str, max_len: int = _NAME_MAX) -> str:
+    """A lowercase RFC 1035 name (what GCP requires), hash-suffixed when it has to be cut."""
+    name = _UNSAFE.sub("-", text.lower()).strip("-")
+    if not name or not name[0].isalpha():
+        name = f"g-{name}"
+    if len(name) > max_len:
+        digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+        name = f"{name[: max_len - 9].rstrip('-')}-{digest}"
+    return name
+
+
+def label_value(text: str) -> str:
+    """A GCP label value (also a fine AWS tag value): lowercase, [a-z0-9_-], at most 63 chars."""
+    value = re.sub(r"[^a-z0-9_-]+", "-", text.lower()).strip("-")
+    return value[:_NAME_MAX]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    """One concrete node group of a pool: what the drivers create and the adapters resize."""
+
+    pool: str
+    cloud: str
+    region: str
+    instance_type: str
+    capacity: CapacityType
+    gpu_model: str
+    gpus: int
+    max_size: int
+    image: str
+    controller: str
+    team: str = ""
+    decision_id: str = ""
+    workload: str = "batch"
+    user_data: str = ""
+    zones: tuple[str, ...] = ()
+    subnets: tuple[str, ...] = ()  # AWS: subnet ids for the group (else `zones`)
+    security_groups: tuple[str, ...] = ()  # AWS
+    network: str = "global/networks/default"  # GCP
+    project: str = ""  # GCP
+    disk_gb: int = 200
+    root_device: str = "/dev/sda1"  # AWS: the AMI's root device name
+
+    def __post_init__(self) -> None:
+        if self.cloud not in ("aws", "gcp"):
+            raise ValueError(f"pool {self.pool}: unknown cloud {self.cloud!r}")
+        if self.max_size < 0 or self.gpus < 0:
+            raise ValueError(f"pool {self.pool}: max_size and gpus must be >= 0")
+
+    @property
+    def offer(self) -> OfferKey:
+        return OfferKey(self.cloud, self.region, self.instance_type, self.capacity)
+
+    @property
+    def spot(self) -> bool:
+        return self.capacity is CapacityType.SPOT
+
+    @property
+    def group_name(self) -> str:
+        """Stable across scale-ups and shape changes: one group per offer of a pool."""
+        cap = "spot" if self.spot else "od"
+        return safe_name(f"{self.controller}-{self.pool}-{self.region}-{self.instance_type}-{cap}")
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Every resource of the group carries these (cost allocation, ownership, sweeping)."""
+        return {
+            TAG_CONTROLLER: label_value(self.controller),
+            TAG_POOL: label_value(self.pool),
+            TAG_TEAM: label_value(self.team) or UNASSIGNED_TEAM,
+            TAG_DECISION: label_value(self.decision_id) or "none",
+            TAG_GROUP: self.group_name,
+            TAG_WORKLOAD: label_value(self.workload),
+            TAG_CAPACITY: "spot" if self.spot else "on-demand",
+        }
+
+    @property
+    def shape_hash(self) -> str:
+        """Changes when the node shape changes (not when the decision or max size does)."""
+        parts = (
+            self.cloud,
+            self.region,
+            self.instance_type,
+            self.capacity.value,
+            self.gpu_model,
+            str(self.gpus),
+            self.image,
+            self.user_data,
+            ",".join(self.zones),
+            ",".join(self.subnets),
+            ",".join(self.security_groups),
+            self.network,
+            str(self.disk_gb),
+            self.root_device,
+            self.team,
+            self.workload,
+        )
+        return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
+
+
+def request_token(*parts: object) -> str:
+    """A deterministic idempotency token (a UUID, which GCP's requestId requires).
+
+    Built from the decision and the intended change, so a retry after a crash sends the same token
+    and the cloud does the change once.
+    """
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "gpu-burst:" + "|".join(map(str, parts))))
+
+
+class CloudState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    TERMINATED = "terminated"
+
+    @property
+    def alive(self) -> bool:
+        return self in (CloudState.PENDING, CloudState.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedInstance:
+    """A cloud instance found by this controller's tags (the truth the store is synced from)."""
+
+    instance_id: str  # AWS instance id, GCP instance name
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    state: CloudState
+    launched_ts: float
+    group: str = ""  # the node group it belongs to ("" for a stray instance)
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def controller(self) -> str:
+        return self.tags.get(TAG_CONTROLLER, "")
+
+    @property
+    def pool(self) -> str:
+        return self.tags.get(TAG_POOL, "")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """What a node group holds now. `failure` is a launch failure the cloud reported for the
+    shortfall (GCP: a managed instance's lastAttempt error; AWS: a failed scaling activity)."""
+
+    exists: bool
+    desired: int = 0
+    launched: int = 0
+    failure: CloudError | None = None
+
+    @property
+    def shortfall(self) -> int:
+        return max(0, self.desired - self.launched)
+
+
+class PoolDriver(Protocol):
+    """Creates a node group with its shape (template + group, min 0, max from policy) or deletes
+    it. Never changes the group's size: that is `CloudCapacity.resize`."""
+
+    def ensure(self, spec: PoolSpec) -> None: ...
+
+    def delete(self, spec: PoolSpec) -> None: ...
+
+
+class CloudCapacity(Protocol):
+    """Instances in a cloud: list what we own, resize a group, terminate one instance."""
+
+    cloud: str
+
+    def list_owned(self, controller: str) -> Sequence[OwnedInstance]: ...
+
+    def group_status(self, spec: PoolSpec) -> GroupStatus: ...
+
+    def resize(self, spec: PoolSpec, target: int, token: str) -> None: ...
+
+    def terminate(self, instance: OwnedInstance, token: str) -> None:
+        """Terminate this instance and decrement its group's size so it is not replaced.
+        An instance that is already gone is not an error."""
+        ...

@@ -1,0 +1,538 @@
+"""A small, stateful fake of the Compute Engine REST API (stdlib `http.server`, 127.0.0.1 only).
+
+Google publishes no Compute Engine emulator, and the community candidates either lack instance
+templates and managed instance groups or break the official client (see docs/clouds.md), so the
+tests drive the real `google-cloud-compute` REST clients against this fake. It implements only what
+the provisioner touches, in the real wire format (camelCase JSON, numeric string ids, Operations
+that go RUNNING -> DONE):
+
+* global instance templates: insert, get, list, delete
+* regional managed instance groups: insert, get, list, delete, resize, listManagedInstances,
+  deleteInstances (decrements the target size), setInstanceTemplate
+* zonal instances: insert, get, list (with a `labels.KEY = "VALUE"` filter), delete, and the
+  aggregated list across zones
+* operations: get and wait, for global, regional and zonal scopes
+* `requestId`: a repeated request returns the first operation and changes nothing again
+
+Faults: `add_fault(...)` answers a matching request with an HTTP error (e.g. 403 quotaExceeded,
+429) or with an Operation that finishes with an error (e.g. ZONE_RESOURCE_POOL_EXHAUSTED, carrying
+`httpErrorStatusCode` as GCE does). `set_capacity(location, machine_type, n)` limits how many more
+instances of a machine type a zone or region can create: a managed group then stays below its
+target size and reports the stockout in each missing instance's `lastAttempt.errors`, as GCE does.
+Every request is recorded in `requests` (method, path, query, JSON body) for assertions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+_P = r"/compute/v1/projects/(?P<project>[^/]+)"
+_STOCKOUT_MSG = "The zone '{zone}' does not have enough resources available to fulfill the request."
+
+Json = dict[str, Any]
+
+
+@dataclass
+class GceFault:
+    method: str = ""  # "" matches any method
+    path_contains: str = ""
+    http_status: int = 0  # an HTTP error answer ...
+    reason: str = ""  # ... with this errors[].reason
+    op_error: str = ""  # or: an Operation that finishes with this error code
+    op_http_status: int = 503
+    message: str = ""
+    times: int = 1
+
+
+@dataclass
+class _Member:
+    name: str
+    zone: str
+    created: bool
+    error: str = ""
+
+
+@dataclass
+class _Result:
+    status: int
+    body: Json = field(default_factory=dict)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _last(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+class FakeGCE:
+    def __init__(self, op_polls_until_done: int = 1, zones_per_region: int = 3) -> None:
+        self.requests: list[Json] = []
+        self.instances: dict[tuple[str, str], Json] = {}  # (zone, name)
+        self.templates: dict[str, Json] = {}  # name
+        self.migs: dict[tuple[str, str], Json] = {}  # (region, name)
+        self.members: dict[tuple[str, str], list[_Member]] = {}
+        self.ops: dict[str, Json] = {}
+        self.faults: list[GceFault] = []
+        self.capacity: dict[tuple[str, str], int] = {}  # (zone or region, machine type)
+        self.op_polls_until_done = op_polls_until_done
+        self.zones_per_region = zones_per_region
+        self._request_ids: dict[str, Json] = {}
+        self._ids = itertools.count(1001)
+        self.lock = threading.RLock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _do(self) -> None:
+                url = urlparse(self.path)
+                n = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(n) if n else b""
+                body = json.loads(raw) if raw else None
+                res = fake.handle(self.command, url.path, parse_qs(url.query), body)
+                data = json.dumps(res.body).encode()
+                self.send_response(res.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _do
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    # ------------------------------------------------------------------ control
+    def start(self) -> FakeGCE:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def add_fault(self, **kw: Any) -> GceFault:
+        fault = GceFault(**kw)
+        with self.lock:
+            self.faults.append(fault)
+        return fault
+
+    def set_capacity(self, location: str, machine_type: str, count: int) -> None:
+        """`location` (a zone or a region) can create only `count` more `machine_type` VMs."""
+        with self.lock:
+            self.capacity[(location, machine_type)] = count
+
+    def sent(self, method: str, path_suffix: str) -> list[Json]:
+        """Recorded requests whose path ends with `path_suffix` (for assertions)."""
+        return [
+            r for r in self.requests if r["method"] == method and r["path"].endswith(path_suffix)
+        ]
+
+    # ------------------------------------------------------------------ helpers
+    def _base(self, project: str) -> str:
+        return f"{self.endpoint}/compute/v1/projects/{project}"
+
+    def _op(
+        self, project: str, scope: str, target: str, op_type: str, error: GceFault | None
+    ) -> Json:
+        name = f"operation-{next(self._ids)}"
+        base = self._base(project)
+        op: Json = {
+            "kind": "compute#operation",
+            "id": str(next(self._ids)),
+            "name": name,
+            "operationType": op_type,
+            "targetLink": target,
+            "status": "RUNNING",
+            "progress": 0,
+            "insertTime": _now(),
+            "selfLink": f"{base}/{scope}/operations/{name}",
+            "_polls": 0,
+            "_error": error,
+        }
+        if scope.startswith("zones/"):
+            op["zone"] = f"{base}/{scope}"
+        elif scope.startswith("regions/"):
+            op["region"] = f"{base}/{scope}"
+        self.ops[name] = op
+        if self.op_polls_until_done <= 0:
+            self._finish(op)
+        return self._public(op)
+
+    @staticmethod
+    def _finish(op: Json) -> None:
+        op["status"], op["progress"], op["endTime"] = "DONE", 100, _now()
+        fault: GceFault | None = op["_error"]
+        if fault is not None:
+            msg = fault.message or f"Injected {fault.op_error}"
+            op["error"] = {"errors": [{"code": fault.op_error, "message": msg}]}
+            # GCE sets both; google-api-core raises only when httpErrorStatusCode is present.
+            op["httpErrorStatusCode"] = fault.op_http_status
+            op["httpErrorMessage"] = "SERVICE UNAVAILABLE"
+
+    @staticmethod
+    def _public(op: Json) -> Json:
+        return {k: v for k, v in op.items() if not k.startswith("_")}
+
+    @staticmethod
+    def _err(code: int, message: str, reason: str, status: str = "") -> _Result:
+        return _Result(
+            code,
+            {
+                "error": {
+                    "code": code,
+                    "message": message,
+                    "status": status,
+                    "errors": [{"message": message, "domain": "global", "reason": reason}],
+                }
+            },
+        )
+
+    def _not_found(self, what: str) -> _Result:
+        return self._err(404, f"The resource '{what}' was not found", "notFound", "NOT_FOUND")
+
+    def _zones(self, region: str, mig: Json) -> list[str]:
+        zones = [_last(z["zone"]) for z in mig.get("distributionPolicy", {}).get("zones", [])]
+        return zones or [f"{region}-{c}" for c in "abcdefg"[: self.zones_per_region]]
+
+    def _take_capacity(self, zone: str, machine_type: str) -> bool:
+        region = zone.rsplit("-", 1)[0]
+        for key in ((zone, machine_type), (region, machine_type)):
+            if key in self.capacity:
+                if self.capacity[key] <= 0:
+                    return False
+                self.capacity[key] -= 1
+                return True
+        return True
+
+    # ------------------------------------------------------------------ router
+    def handle(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> _Result:
+        q = {k: v[0] for k, v in query.items()}
+        with self.lock:
+            self.requests.append({"method": method, "path": path, "query": q, "body": body})
+            op_fault: GceFault | None = None
+            for f in self.faults:
+                if f.times <= 0 or (f.method and f.method != method):
+                    continue
+                if f.path_contains not in path:
+                    continue
+                f.times -= 1
+                if f.http_status:
+                    msg = f.message or f"Injected {f.reason or f.http_status}"
+                    return self._err(f.http_status, msg, f.reason or "injected")
+                op_fault = f
+                break
+            rid = q.get("requestId")
+            if rid and rid in self._request_ids:
+                return _Result(200, self._request_ids[rid])
+            res = self._route(method, path, q, body, op_fault)
+            if rid and res.status == 200 and res.body.get("kind") == "compute#operation":
+                self._request_ids[rid] = res.body
+            return res
+
+    def _route(self, method: str, path: str, q: dict[str, str], body: Any, fault: Any) -> _Result:
+        m = re.fullmatch(
+            _P + r"/(?P<scope>global|regions/[^/]+|zones/[^/]+)/operations/(?P<op>[^/]+)"
+            r"(?P<wait>/wait)?",
+            path,
+        )
+        if m:
+            return self._operation(m["op"], bool(m["wait"]))
+        m = re.fullmatch(_P + r"/aggregated/instances", path)
+        if m and method == "GET":
+            return self._aggregated(q)
+        m = re.fullmatch(_P + r"/zones/(?P<zone>[^/]+)/instances(?:/(?P<name>[^/]+))?", path)
+        if m:
+            return self._instances(method, m["project"], m["zone"], m["name"], q, body, fault)
+        m = re.fullmatch(_P + r"/global/instanceTemplates(?:/(?P<name>[^/]+))?", path)
+        if m:
+            return self._templates(method, m["project"], m["name"], body, fault)
+        m = re.fullmatch(
+            _P + r"/regions/(?P<region>[^/]+)/instanceGroupManagers(?:/(?P<name>[^/]+))?"
+            r"(?:/(?P<verb>[A-Za-z]+))?",
+            path,
+        )
+        if m:
+            return self._migs(
+                method, m["project"], m["region"], m["name"], m["verb"], q, body, fault
+            )
+        return self._err(404, f"fake_gce: no route for {method} {path}", "notFound")
+
+    def _operation(self, name: str, wait: bool) -> _Result:
+        op = self.ops.get(name)
+        if op is None:
+            return self._not_found(f"operations/{name}")
+        op["_polls"] += 1
+        if op["status"] != "DONE" and (wait or op["_polls"] >= self.op_polls_until_done):
+            self._finish(op)
+        return _Result(200, self._public(op))
+
+    # ---- instances
+    def _label_filter(self, items: list[Json], flt: str) -> list[Json]:
+        fm = re.fullmatch(r'\s*labels\.(\S+)\s*=\s*"?([^"]*)"?\s*', flt)
+        if not fm:
+            return items
+        return [i for i in items if i.get("labels", {}).get(fm[1]) == fm[2]]
+
+    def _aggregated(self, q: dict[str, str]) -> _Result:
+        by_zone: dict[str, list[Json]] = {}
+        for (zone, _), inst in self.instances.items():
+            by_zone.setdefault(zone, []).append(inst)
+        items: Json = {}
+        for zone, insts in sorted(by_zone.items()):
+            if "filter" in q:
+                insts = self._label_filter(insts, q["filter"])
+            if insts:
+                items[f"zones/{zone}"] = {"instances": insts}
+        return _Result(200, {"kind": "compute#instanceAggregatedList", "items": items})
+
+    def _new_instance(
+        self, project: str, zone: str, name: str, props: Json, created_by: str = ""
+    ) -> Json:
+        base = self._base(project)
+        inst: Json = dict(props)
+        mt = str(inst.get("machineType", ""))
+        inst.update(
+            {
+                "kind": "compute#instance",
+                "id": str(next(self._ids)),
+                "name": name,
+                "status": "RUNNING",
+                "zone": f"{base}/zones/{zone}",
+                "machineType": f"{base}/zones/{zone}/machineTypes/{_last(mt)}",
+                "selfLink": f"{base}/zones/{zone}/instances/{name}",
+                "creationTimestamp": _now(),
+            }
+        )
+        if created_by:
+            items = [
+                i for i in inst.get("metadata", {}).get("items", []) if i["key"] != "created-by"
+            ]
+            items.append({"key": "created-by", "value": created_by})
+            inst["metadata"] = {"items": items}
+        self.instances[(zone, name)] = inst
+        return inst
+
+    def _instances(
+        self,
+        method: str,
+        project: str,
+        zone: str,
+        name: str | None,
+        q: dict[str, str],
+        body: Any,
+        fault: GceFault | None,
+    ) -> _Result:
+        link = f"{self._base(project)}/zones/{zone}/instances"
+        if method == "POST" and name is None:
+            name = str(body["name"])
+            if (zone, name) in self.instances:
+                return self._err(409, f"instance {name} already exists", "alreadyExists")
+            if fault is None:
+                self._new_instance(project, zone, name, body)
+            return _Result(
+                200, self._op(project, f"zones/{zone}", f"{link}/{name}", "insert", fault)
+            )
+        if method == "GET" and name is None:
+            items = [v for (z, _), v in self.instances.items() if z == zone]
+            if "filter" in q:
+                items = self._label_filter(items, q["filter"])
+            return _Result(200, {"kind": "compute#instanceList", "items": items})
+        if name is None:
+            return self._err(405, "method not allowed", "badRequest")
+        if method == "GET":
+            found = self.instances.get((zone, name))
+            return (
+                _Result(200, found) if found else self._not_found(f"zones/{zone}/instances/{name}")
+            )
+        if method == "DELETE":
+            if (zone, name) not in self.instances:
+                return self._not_found(f"zones/{zone}/instances/{name}")
+            if fault is None:
+                del self.instances[(zone, name)]
+            return _Result(
+                200, self._op(project, f"zones/{zone}", f"{link}/{name}", "delete", fault)
+            )
+        return self._err(405, "method not allowed", "badRequest")
+
+    # ---- instance templates
+    def _templates(
+        self, method: str, project: str, name: str | None, body: Any, fault: GceFault | None
+    ) -> _Result:
+        link = f"{self._base(project)}/global/instanceTemplates"
+        if method == "POST" and name is None:
+            tname = str(body["name"])
+            if tname in self.templates:
+                return self._err(409, f"template {tname} already exists", "alreadyExists")
+            if fault is None:
+                self.templates[tname] = dict(
+                    body,
+                    kind="compute#instanceTemplate",
+                    id=str(next(self._ids)),
+                    selfLink=f"{link}/{tname}",
+                    creationTimestamp=_now(),
+                )
+            return _Result(200, self._op(project, "global", f"{link}/{tname}", "insert", fault))
+        if method == "GET" and name is None:
+            return _Result(200, {"items": list(self.templates.values())})
+        if name is None:
+            return self._err(405, "method not allowed", "badRequest")
+        if method == "GET":
+            tpl = self.templates.get(name)
+            return _Result(200, tpl) if tpl else self._not_found(f"instanceTemplates/{name}")
+        if method == "DELETE":
+            if name not in self.templates:
+                return self._not_found(f"instanceTemplates/{name}")
+            if fault is None:
+                del self.templates[name]
+            return _Result(200, self._op(project, "global", f"{link}/{name}", "delete", fault))
+        return self._err(405, "method not allowed", "badRequest")
+
+    # ---- regional managed instance groups
+    def _migs(
+        self,
+        method: str,
+        project: str,
+        region: str,
+        name: str | None,
+        verb: str | None,
+        q: dict[str, str],
+        body: Any,
+        fault: GceFault | None,
+    ) -> _Result:
+        base = f"{self._base(project)}/regions/{region}/instanceGroupManagers"
+        scope = f"regions/{region}"
+        if method == "POST" and name is None:
+            gname = str(body["name"])
+            if (region, gname) in self.migs:
+                return self._err(409, f"group {gname} already exists", "alreadyExists")
+            tpl = _last(str(body.get("instanceTemplate", "")))
+            if tpl not in self.templates:
+                return self._not_found(f"global/instanceTemplates/{tpl}")
+            if fault is None:
+                new = dict(
+                    body,
+                    kind="compute#instanceGroupManager",
+                    id=str(next(self._ids)),
+                    selfLink=f"{base}/{gname}",
+                    region=f"{self._base(project)}/regions/{region}",
+                    creationTimestamp=_now(),
+                )
+                new["targetSize"] = 0
+                self.migs[(region, gname)] = new
+                self.members[(region, gname)] = []
+                self._resize(project, region, new, int(body.get("targetSize", 0)))
+            return _Result(200, self._op(project, scope, f"{base}/{gname}", "insert", fault))
+        if method == "GET" and name is None:
+            return _Result(200, {"items": [v for (r, _), v in self.migs.items() if r == region]})
+        if name is None:
+            return self._err(405, "method not allowed", "badRequest")
+        mig = self.migs.get((region, name))
+        if mig is None:
+            return self._not_found(f"regions/{region}/instanceGroupManagers/{name}")
+        target = f"{base}/{name}"
+        if method == "GET" and verb is None:
+            return _Result(200, self._mig_view(mig, region, name))
+        if method == "DELETE" and verb is None:
+            if fault is None:
+                self._resize(project, region, mig, 0)
+                del self.migs[(region, name)]
+                del self.members[(region, name)]
+            return _Result(200, self._op(project, scope, target, "delete", fault))
+        if method == "POST" and verb == "resize":
+            if fault is None:
+                self._resize(project, region, mig, int(q["size"]))
+            return _Result(200, self._op(project, scope, target, "resize", fault))
+        if method == "POST" and verb == "listManagedInstances":
+            return _Result(200, {"managedInstances": self._managed(project, region, name)})
+        if method == "POST" and verb == "deleteInstances":
+            if fault is None:
+                names = {_last(u) for u in (body or {}).get("instances", [])}
+                keep = []
+                for mem in self.members[(region, name)]:
+                    if mem.name in names:
+                        self.instances.pop((mem.zone, mem.name), None)
+                        mig["targetSize"] -= 1
+                    else:
+                        keep.append(mem)
+                self.members[(region, name)] = keep
+            return _Result(200, self._op(project, scope, target, "deleteInstances", fault))
+        if method == "POST" and verb == "setInstanceTemplate":
+            if fault is None:
+                mig["instanceTemplate"] = body["instanceTemplate"]
+            return _Result(200, self._op(project, scope, target, "setInstanceTemplate", fault))
+        return self._err(405, f"fake_gce: {method} {verb} not supported", "badRequest")
+
+    def _mig_view(self, mig: Json, region: str, name: str) -> Json:
+        members = self.members[(region, name)]
+        creating = sum(1 for m in members if not m.created)
+        view = dict(mig)
+        view["currentActions"] = {
+            "none": len(members) - creating,
+            "creating": creating,
+        }
+        view["status"] = {"isStable": creating == 0}
+        return view
+
+    def _resize(self, project: str, region: str, mig: Json, size: int) -> None:
+        name = str(mig["name"])
+        members = self.members[(region, name)]
+        zones = self._zones(region, mig)
+        tpl = self.templates[_last(str(mig["instanceTemplate"]))]
+        props: Json = tpl.get("properties", {})
+        machine_type = str(props.get("machineType", ""))
+        while len(members) < size:
+            zone = zones[len(members) % len(zones)]
+            iname = f"{mig.get('baseInstanceName', name)}-{next(self._ids):04x}"
+            ok = self._take_capacity(zone, machine_type)
+            if ok:
+                self._new_instance(project, zone, iname, props, created_by=str(mig["selfLink"]))
+            members.append(_Member(iname, zone, ok, "" if ok else "ZONE_RESOURCE_POOL_EXHAUSTED"))
+        while len(members) > size:  # instances never created go first, then the newest
+            pending = [m for m in members if not m.created]
+            victim = pending[-1] if pending else members[-1]
+            members.remove(victim)
+            self.instances.pop((victim.zone, victim.name), None)
+        mig["targetSize"] = size
+
+    def _managed(self, project: str, region: str, name: str) -> list[Json]:
+        out: list[Json] = []
+        for m in self.members[(region, name)]:
+            item: Json = {
+                "instance": f"{self._base(project)}/zones/{m.zone}/instances/{m.name}",
+                "currentAction": "NONE" if m.created else "CREATING",
+            }
+            inst = self.instances.get((m.zone, m.name))
+            if inst is not None:
+                item["id"] = inst["id"]
+                item["instanceStatus"] = inst["status"]
+            if m.error:
+                item["lastAttempt"] = {
+                    "errors": {
+                        "errors": [{"code": m.error, "message": _STOCKOUT_MSG.format(zone=m.zone)}]
+                    }
+                }
+            out.append(item)
+        return out
+
+
+def main() -> None:  # pragma: no cover - manual use
+    fake = FakeGCE().start()
+    print(f"fake Compute Engine API on {fake.endpoint}", flush=True)
+    fake._thread.join()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,316 @@
+"""moto's server with a fault-injecting layer, for tests and the local demo (loopback only).
+
+moto 5 has no error-injection API for EC2 or Auto Scaling, so this module adds two:
+
+* **HTTP faults** (a WSGI middleware in front of moto's own app): an error response (EC2 or awsquery
+  XML, with the botocore error code), or a canned successful body, for a given `Action`, optionally
+  only when a form parameter matches, a given number of times.
+* **Capacity pools**: how many instances of a type a region can still launch. EC2's real semantics
+  follow: `RunInstances` below `MinCount` fails with `InsufficientInstanceCapacity`; an auto scaling
+  group launches what fits and stays below its desired size, and `DescribeScalingActivities` then
+  reports a `Failed` launch activity for it, as AWS does (moto itself always answers that call
+  empty). This is done by wrapping moto's in-process EC2 backend while the server runs.
+
+Control it from Python (`add_fault`, `set_capacity`, `reset`) or over HTTP:
+`POST /_faults` (a fault as JSON, or `{"capacity": {...}}`), `DELETE /_faults`, `GET /_faults`.
+
+Run standalone: `python -m provisioner.testing.moto_faults --port 5000`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import threading
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs
+from xml.sax.saxutils import escape
+
+_EC2_ERR = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code>'
+    "<Message>{msg}</Message></Error></Errors><RequestID>{rid}</RequestID></Response>"
+)
+_QUERY_ERR = (
+    "<ErrorResponse><Error><Type>{type}</Type><Code>{code}</Code><Message>{msg}</Message>"
+    "</Error><RequestId>{rid}</RequestId></ErrorResponse>"
+)
+_ACTIVITY = (
+    "<member><ActivityId>{aid}</ActivityId><AutoScalingGroupName>{group}</AutoScalingGroupName>"
+    "<Description>Launching a new EC2 instance.  Status Reason: {msg}</Description>"
+    "<Cause>At {ts} an instance was started in response to a difference between desired and "
+    "actual capacity.</Cause><StartTime>{ts}</StartTime><EndTime>{ts}</EndTime>"
+    "<StatusCode>Failed</StatusCode><StatusMessage>{msg}</StatusMessage><Progress>100</Progress>"
+    "</member>"
+)
+_ACTIVITIES = (
+    '<DescribeScalingActivitiesResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/">'
+    "<DescribeScalingActivitiesResult><Activities>{members}</Activities>"
+    "</DescribeScalingActivitiesResult><ResponseMetadata><RequestId>{rid}</RequestId>"
+    "</ResponseMetadata></DescribeScalingActivitiesResponse>"
+)
+ASG_NAME_TAG = "aws:autoscaling:groupName"
+
+
+@dataclass
+class Fault:
+    action: str
+    code: str = ""
+    status: int = 400
+    times: int = 1
+    service: str = "ec2"  # ec2 answers in EC2 XML, anything else in awsquery XML
+    match: str = ""  # "Param=Value" that must be in the request's form parameters
+    body: str = ""  # a canned *successful* response body instead of an error
+    message: str = ""
+    hits: int = 0
+
+    def matches(self, action: str, params: dict[str, str]) -> bool:
+        if self.times <= 0 or self.action != action:
+            return False
+        if self.match:
+            key, _, value = self.match.partition("=")
+            return params.get(key) == value
+        return True
+
+
+@dataclass
+class _State:
+    faults: list[Fault] = field(default_factory=list)
+    hits: dict[str, int] = field(default_factory=dict)
+    capacity: dict[tuple[str, str], int] = field(default_factory=dict)
+    failed_launches: dict[str, list[str]] = field(default_factory=dict)  # group -> messages
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class FaultMiddleware:
+    def __init__(self, app: WsgiApp, state: _State) -> None:
+        self.app = app
+        self.state = state
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("PATH_INFO", "") == "/_faults":
+            return self._control(environ, start_response)
+        n = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(n) if n else b""
+        environ["wsgi.input"] = io.BytesIO(body)  # hand the body back to moto
+        query = environ.get("QUERY_STRING", "")
+        form = parse_qs(body.decode("utf-8", "replace")) | parse_qs(query)
+        params = {k: v[0] for k, v in form.items()}
+        action = params.get("Action") or environ.get("HTTP_X_AMZ_TARGET", ".").split(".")[-1]
+        with self.state.lock:
+            self.state.hits[action] = self.state.hits.get(action, 0) + 1
+            for f in self.state.faults:
+                if f.matches(action, params):
+                    f.times -= 1
+                    f.hits += 1
+                    return self._respond(f, start_response)
+            if action == "DescribeScalingActivities":
+                group = params.get("AutoScalingGroupName", "")
+                msgs = list(self.state.failed_launches.get(group, ()))
+                if msgs:
+                    return _xml(start_response, 200, _activities(group, msgs))
+        return self.app(environ, start_response)
+
+    @staticmethod
+    def _respond(f: Fault, start_response: Callable[..., Any]) -> list[bytes]:
+        if f.body:
+            return _xml(start_response, f.status if f.status < 300 else 200, f.body)
+        tmpl = _EC2_ERR if f.service == "ec2" else _QUERY_ERR
+        text = tmpl.format(
+            code=f.code,
+            msg=escape(f.message or f"Injected {f.code}"),
+            rid=uuid.uuid4(),
+            type="Server" if f.status >= 500 else "Sender",
+        )
+        return _xml(start_response, f.status, text)
+
+    def _control(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        method = environ["REQUEST_METHOD"]
+        if method == "POST":
+            n = int(environ.get("CONTENT_LENGTH") or 0)
+            data = json.loads(environ["wsgi.input"].read(n) or b"{}")
+            with self.state.lock:
+                if "capacity" in data:
+                    c = data["capacity"]
+                    self.state.capacity[(c["region"], c["instance_type"])] = int(c["count"])
+                else:
+                    self.state.faults.append(Fault(**data))
+        elif method == "DELETE":
+            _clear(self.state)
+        with self.state.lock:
+            out = {
+                "faults": [vars(f) for f in self.state.faults],
+                "hits": self.state.hits,
+                "capacity": [
+                    {"region": r, "instance_type": t, "count": c}
+                    for (r, t), c in self.state.capacity.items()
+                ],
+            }
+        return _xml(start_response, 200, json.dumps(out), "application/json")
+
+
+def _xml(
+    start_response: Callable[..., Any], status: int, text: str, ctype: str = "text/xml"
+) -> list[bytes]:
+    raw = text.encode()
+    start_response(
+        f"{status} {'OK' if status < 400 else 'ERR'}",
+        [("Content-Type", ctype), ("Content-Length", str(len(raw)))],
+    )
+    return [raw]
+
+
+def _activities(group: str, messages: list[str]) -> str:
+    ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    members = "".join(
+        _ACTIVITY.format(aid=uuid.uuid4(), group=escape(group), msg=escape(m), ts=ts)
+        for m in reversed(messages)
+    )
+    return _ACTIVITIES.format(members=members, rid=uuid.uuid4())
+
+
+def _clear(state: _State) -> None:
+    with state.lock:
+        state.faults.clear()
+        state.hits.clear()
+        state.capacity.clear()
+        state.failed_launches.clear()
+
+
+class _CapacityPatch:
+    """Wraps moto's EC2 `run_instances` to enforce the capacity pools (installed while running)."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+        self._orig: Any = None
+
+    def install(self) -> None:
+        from moto.ec2.exceptions import EC2ClientError
+        from moto.ec2.models.instances import InstanceBackend
+
+        if self._orig is not None:
+            return
+        orig = InstanceBackend.run_instances
+        state = self.state
+
+        class InsufficientInstanceCapacity(EC2ClientError):
+            code = "InsufficientInstanceCapacity"
+
+        def run_instances(
+            backend: Any,
+            image_id: str,
+            count: int,
+            user_data: Any,
+            security_group_names: list[str],
+            **kwargs: Any,
+        ) -> Any:
+            itype = kwargs.get("instance_type") or ""
+            if kwargs.get("launch_template") and kwargs.get("is_instance_type_default"):
+                tmpl = backend._get_template_from_args(kwargs["launch_template"]).data
+                itype = tmpl.get("InstanceType") or itype
+            key = (backend.region_name, itype)
+            group = (kwargs.get("tags") or {}).get("instance", {}).get(ASG_NAME_TAG)
+            with state.lock:
+                left = state.capacity.get(key)
+                if left is not None:
+                    msg = (
+                        f"We currently do not have sufficient {itype} capacity in the "
+                        f"Availability Zone you requested ({kwargs.get('placement') or ''})."
+                    )
+                    launch = min(count, left)
+                    if group is None and launch < count:  # RunInstances: all of MinCount or none
+                        raise InsufficientInstanceCapacity(msg)
+                    if launch < count and group is not None:
+                        state.failed_launches.setdefault(group, []).append(msg)
+                    state.capacity[key] = left - launch
+                    count = launch
+            return orig(backend, image_id, count, user_data, security_group_names, **kwargs)
+
+        InstanceBackend.run_instances = run_instances  # type: ignore[method-assign,assignment]
+        self._orig = orig
+
+    def uninstall(self) -> None:
+        if self._orig is None:
+            return
+        from moto.ec2.models.instances import InstanceBackend
+
+        InstanceBackend.run_instances = self._orig  # type: ignore[method-assign]
+        self._orig = None
+
+
+class FaultyMotoServer:
+    """moto's server on 127.0.0.1 (a free port by default) behind the fault layer."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self.state = _State()
+        app = FaultMiddleware(DomainDispatcherApplication(create_backend_app), self.state)
+        self._srv = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
+        self.endpoint = "http://{}:{}".format(*self._srv.server_address[:2])
+        self._thread = threading.Thread(target=self._srv.serve_forever, daemon=True)
+        self._patch = _CapacityPatch(self.state)
+
+    def start(self) -> FaultyMotoServer:
+        self._patch.install()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._srv.shutdown()
+        self._thread.join()
+        self._patch.uninstall()
+
+    def add_fault(self, action: str, code: str = "", **kw: Any) -> Fault:
+        fault = Fault(action=action, code=code, **kw)
+        with self.state.lock:
+            self.state.faults.append(fault)
+        return fault
+
+    def set_capacity(self, region: str, instance_type: str, count: int) -> None:
+        """From now on `region` can launch only `count` more `instance_type` instances."""
+        with self.state.lock:
+            self.state.capacity[(region, instance_type)] = count
+
+    def hits(self, action: str) -> int:
+        with self.state.lock:
+            return self.state.hits.get(action, 0)
+
+    def clear_faults(self) -> None:
+        _clear(self.state)
+
+    def reset(self) -> None:
+        """Forget every AWS resource (moto's reset) and every fault and capacity limit."""
+        req = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:  # loopback only
+            resp.read()
+        self.clear_faults()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=5000)
+    args = ap.parse_args(argv)
+    srv = FaultyMotoServer(args.host, args.port).start()
+    print(f"moto with faults listening on {srv.endpoint}", flush=True)
+    srv._thread.join()
+
+
+if __name__ == "__main__":
+    main()
