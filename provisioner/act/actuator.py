@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from provisioner.act.backoff_feed import BackoffSettings, record_error, record_success
-from provisioner.act.offer_backoff import Backoff
 from provisioner.act.ports import CloudCapacity, OwnedInstance, PoolDriver, PoolSpec, request_token
 from provisioner.domain.errors import CloudError, NotFoundError
 from provisioner.domain.offers import OfferKey
+from provisioner.plan.backoff import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provisioner.act.offer_backoff import Backoff
 from provisioner.domain.errors import CloudError
 from provisioner.domain.offers import OfferKey
+from provisioner.plan.backoff import Backoff
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +21,7 @@ def record_error(
     """Back off `key` when the error says the offer itself is the problem (capacity, quota).
     Throttling, transient, auth and not-found errors say nothing about the offer."""
     if error.backoff_offer:
-        return backoff.record_failure(key, now_ts, settings.initial_s, settings.max_s)
+        return backoff.record_failure(key, now_ts, settings.initial_s, settings.max_s, error.code)
     return backoff
 
 
