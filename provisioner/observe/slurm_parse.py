@@ -294,15 +294,16 @@ def parse_jobs(doc: Mapping[str, Any], *, source: str = "squeue --json") -> tupl
 
 # --------------------------------------------------------------------------- nodes
 
+# In precedence order: a base state wins over COMPLETING, which is a flag in 22.05.
 _BASE_STATES = {
-    "IDLE": NodeState.IDLE,
-    "MIXED": NodeState.MIXED,
-    "ALLOCATED": NodeState.ALLOCATED,
-    "ALLOC": NodeState.ALLOCATED,
-    "COMPLETING": NodeState.ALLOCATED,
     "DOWN": NodeState.DOWN,
     "ERROR": NodeState.DOWN,
     "FUTURE": NodeState.DOWN,
+    "ALLOCATED": NodeState.ALLOCATED,
+    "ALLOC": NodeState.ALLOCATED,
+    "MIXED": NodeState.MIXED,
+    "IDLE": NodeState.IDLE,
+    "COMPLETING": NodeState.ALLOCATED,
     "UNKNOWN": NodeState.UNKNOWN,
 }
 
@@ -315,7 +316,7 @@ def map_node_state(words: Collection[str]) -> NodeState:
     node waiting to power down after its jobs, `power_down_asap`).
     """
     w = {s.upper().replace("-", "_") for s in words}
-    base = next((_BASE_STATES[s] for s in w if s in _BASE_STATES), NodeState.UNKNOWN)
+    base = next((_BASE_STATES[s] for s in _BASE_STATES if s in w), NodeState.UNKNOWN)
     busy = base in (NodeState.MIXED, NodeState.ALLOCATED) or "COMPLETING" in w
     if base is NodeState.DOWN or ("FAIL" in w and not busy):
         return NodeState.DOWN

@@ -66,6 +66,9 @@ def _used_partition(
     return job_partition
 
 
+_FINISHED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
+
+
 class UsageTracker:
     """Turns successive observations of the job list into per-job, per-node usage records."""
 
@@ -108,7 +111,9 @@ class UsageTracker:
                 continue
             end = job.end_ts if job is not None and job.end_ts is not None else now_ts
             start = recs[0].start_ts
-            closed.extend(replace(r, end_ts=max(end, start)) for r in recs)
+            if job is not None and job.state in _FINISHED and job.start_ts is not None:
+                start = job.start_ts  # Slurm's final word (reset after a node powered up)
+            closed.extend(replace(r, start_ts=start, end_ts=max(end, start)) for r in recs)
             self._done.add((job_id, start))
             del self._open[job_id]
         # 2. running jobs: open (or refresh the start time Slurm resets after a node powers up)
@@ -120,7 +125,7 @@ class UsageTracker:
                     self._open[job.job_id] = self._records(job, start, None, parts)
             # 3. a job that started and ended between two passes
             elif (
-                job.state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+                job.state in _FINISHED
                 and job.nodes
                 and job.start_ts is not None
                 and (job.job_id, job.start_ts) not in self._done

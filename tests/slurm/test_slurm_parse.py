@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import socketserver
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,7 @@ from provisioner.domain.errors import SnapshotError
 from provisioner.domain.jobs import JobState
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm import CliSlurmObserver, observe_or_stale
+from provisioner.observe.slurm import CliSlurmObserver, RestSlurmObserver, observe_or_stale
 from provisioner.observe.slurm_hostlist import HostlistError, expand_hostlist
 from provisioner.observe.slurm_parse import (
     load_json,
@@ -348,3 +351,56 @@ def test_observe_or_stale_on_garbage_and_missing_binary() -> None:
     )
     snap = observe_or_stale(CliSlurmObserver(failing, ManualClock()), previous=None, now_ts=5.0)
     assert "exited 1: slurm_load_jobs error" in snap.stale_reasons[0]
+
+
+# --------------------------------------------------------------------------- REST observer
+
+
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def _serve(sock: Path, routes: dict[str, tuple[int, str]]) -> _UnixHTTPServer:
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            code, body = routes.get(self.path, (404, "not found"))
+            data = body.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def address_string(self) -> str:
+            return "unix"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = _UnixHTTPServer(str(sock), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def test_rest_observer_over_unix_socket(tmp_path: Path) -> None:
+    sock = tmp_path / "slurmrestd.sock"
+    srv = _serve(
+        sock,
+        {
+            "/slurm/v0.0.38/jobs": (200, text("rest-jobs.json")),
+            "/slurm/v0.0.38/nodes": (200, text("rest-nodes.json")),
+        },
+    )
+    try:
+        snap = RestSlurmObserver(str(sock), ManualClock()).observe()
+        assert len(snap.jobs) == 9 and len(snap.nodes) == 6 and not snap.stale
+        bad = RestSlurmObserver(str(sock), ManualClock(), api_version="v0.0.99")
+        stale = observe_or_stale(bad, previous=snap, now_ts=9.0)
+        assert stale.stale and "HTTP 404" in stale.stale_reasons[0]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    gone = observe_or_stale(
+        RestSlurmObserver(str(sock), ManualClock(), timeout_s=2), previous=None, now_ts=1.0
+    )
+    assert gone.stale and "slurmrestd GET /slurm/v0.0.38/jobs" in gone.stale_reasons[0]
