@@ -112,7 +112,9 @@ class FakeGCE:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     # ------------------------------------------------------------------ control
     def start(self) -> FakeGCE:

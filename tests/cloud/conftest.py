@@ -1,0 +1,206 @@
+"""Fixtures for the cloud tests: moto's server (one per session, reset per test), the fake GCE API
+(one per test), Pulumi mocks. Everything binds 127.0.0.1; nothing sleeps."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from tenacity import stop_after_attempt, wait_none
+
+from provisioner.act.ports import PoolSpec
+from provisioner.act.retry import cloud_retrying
+from provisioner.domain.offers import CapacityType
+
+CONTROLLER = "burst-ctl"
+ATTEMPTS = 4
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # google-api-core announces the end of its Python 3.11 support on import; not our concern here
+    config.addinivalue_line("filterwarnings", "ignore:You are using a Python version:FutureWarning")
+
+
+def fast_retrying() -> Any:
+    return cloud_retrying(wait=wait_none(), stop=stop_after_attempt(ATTEMPTS))
+
+
+def aws_spec(instance_type: str = "p4d.24xlarge", **kw: Any) -> PoolSpec:
+    base: dict[str, Any] = {
+        "pool": "aws-a100",
+        "cloud": "aws",
+        "region": "us-east-1",
+        "instance_type": instance_type,
+        "capacity": CapacityType.SPOT,
+        "gpu_model": "A100" if instance_type.startswith("p4") else "H100",
+        "gpus": 8,
+        "max_size": 4,
+        "image": "ami-12c6146b",
+        "controller": CONTROLLER,
+        "team": "vision",
+        "decision_id": "d-0123456789abcdef",
+        "user_data": "#cloud-config\n",
+    }
+    base.update(kw)
+    return PoolSpec(**base)
+
+
+def gcp_spec(region: str = "us-central1", **kw: Any) -> PoolSpec:
+    base: dict[str, Any] = {
+        "pool": "gcp-a100",
+        "cloud": "gcp",
+        "region": region,
+        "instance_type": "a2-highgpu-1g",
+        "capacity": CapacityType.SPOT,
+        "gpu_model": "A100",
+        "gpus": 1,
+        "max_size": 4,
+        "image": "projects/deeplearning-platform-release/global/images/family/common-cu124",
+        "controller": CONTROLLER,
+        "team": "nlp",
+        "decision_id": "d-fedcba9876543210",
+        "user_data": "#cloud-config\n",
+        "project": "burst-proj",
+        "zones": (f"{region}-a", f"{region}-b"),
+    }
+    base.update(kw)
+    return PoolSpec(**base)
+
+
+# ----------------------------------------------------------------------------- AWS / moto
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[Any]:
+    from provisioner.testing.moto_faults import FaultyMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    srv = FaultyMotoServer().start()
+    import boto3
+
+    # Pay moto's EC2 backend initialisation (2-3 s) once per session.
+    boto3.client(
+        "ec2",
+        endpoint_url=srv.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    ).describe_regions()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def aws_clients(moto_server: Any) -> Any:
+    """Clients are stateless; building them (botocore loads service models) costs ~0.3 s each."""
+    from provisioner.act.aws import AwsClients
+
+    return AwsClients(moto_server.endpoint)
+
+
+@dataclass
+class AwsEnv:
+    server: Any
+    clients: Any
+    driver: Any
+    capacity: Any
+
+    def ec2(self, region: str = "us-east-1") -> Any:
+        return self.clients.ec2(region)
+
+    def asg(self, region: str = "us-east-1") -> Any:
+        return self.clients.autoscaling(region)
+
+
+@pytest.fixture
+def aws(moto_server: Any, aws_clients: Any, monkeypatch: pytest.MonkeyPatch) -> AwsEnv:
+    from provisioner.act.aws import AwsCapacity, AwsPoolDriver
+
+    moto_server.reset()
+    for k, v in {
+        "AWS_ENDPOINT_URL": moto_server.endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    clients = aws_clients
+    retrying = fast_retrying()
+    return AwsEnv(
+        moto_server,
+        clients,
+        AwsPoolDriver(clients, retrying),
+        AwsCapacity(["us-east-1"], clients, retrying),
+    )
+
+
+# ----------------------------------------------------------------------------- GCP / fake
+@dataclass
+class GcpEnv:
+    fake: Any
+    clients: Any
+    driver: Any
+    capacity: Any
+
+
+@pytest.fixture
+def gce() -> Iterator[GcpEnv]:
+    from google.auth.credentials import AnonymousCredentials
+
+    from provisioner.act.gcp import GcpCapacity, GcpClients, GcpPoolDriver
+    from provisioner.testing.fake_gce import FakeGCE
+
+    fake = FakeGCE(op_polls_until_done=2).start()
+    clients = GcpClients("burst-proj", fake.endpoint, credentials=AnonymousCredentials())
+    retrying = fast_retrying()
+    yield GcpEnv(fake, clients, GcpPoolDriver(clients, retrying), GcpCapacity(clients, retrying))
+    fake.stop()
+
+
+# ----------------------------------------------------------------------------- Pulumi
+@pytest.fixture
+def pulumi_mocks() -> Any:
+    import pulumi
+    from pulumi.runtime.mocks import MockMonitor
+
+    class Mocks(pulumi.runtime.Mocks):
+        """Records every registration; fabricates the outputs the programs read."""
+
+        def __init__(self) -> None:
+            self.created: list[Any] = []
+            self.ignore_changes: dict[str, list[str]] = {}
+
+        def new_resource(self, args: Any) -> tuple[str, dict[str, Any]]:
+            self.created.append(args)
+            out = dict(args.inputs)
+            if args.typ == "gcp:compute/instanceTemplate:InstanceTemplate":
+                link = f"https://fake/projects/p/global/instanceTemplates/{args.inputs['name']}"
+                out["selfLink"] = link
+                out["selfLinkUnique"] = f"{link}?uniqueId=42"
+            return f"{args.name}-id", out
+
+        def call(self, args: Any) -> dict[str, Any]:
+            return {}
+
+        def by_type(self, typ: str) -> list[Any]:
+            return [a for a in self.created if a.typ == typ]
+
+    mocks = Mocks()
+
+    class RecordingMonitor(MockMonitor):  # type: ignore[misc]
+        """Also records resource options the mock args do not carry (ignoreChanges)."""
+
+        def RegisterResource(self, request: Any) -> Any:
+            mocks.ignore_changes[request.name] = list(request.ignoreChanges)
+            return super().RegisterResource(request)
+
+    pulumi.runtime.set_mocks(
+        mocks,
+        project="gpu-burst-pools",
+        stack="unit",
+        preview=False,
+        monitor=RecordingMonitor(mocks),
+    )
+    return mocks

@@ -1,0 +1,295 @@
+"""AWS: the real boto3 over HTTP against moto's server on 127.0.0.1, behind the fault layer."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+from conftest import CONTROLLER, ATTEMPTS, AwsEnv, aws_spec
+
+from provisioner.act.actuator import CloudPorts, scale_up_with_fallback, terminate_instance
+from provisioner.act.backoff_feed import BackoffSettings
+from provisioner.act.ports import COST_TAGS, CloudState, OwnedInstance
+from provisioner.act.sweep import SweepReason, plan_sweep
+from provisioner.domain.errors import AuthError, CapacityError, QuotaError, ThrottlingError
+from provisioner.domain.instances import CloudInstance, InstanceState
+from provisioner.domain.offers import CapacityType
+from provisioner.plan.backoff import Backoff
+
+pytestmark = pytest.mark.aws
+
+NOW = 1_800_000_000.0
+SETTINGS = BackoffSettings(initial_s=300, max_s=3600)
+
+
+def instances(env: AwsEnv, **filters: str) -> list[dict[str, Any]]:
+    def name(key: str) -> str:
+        return "tag:" + key[4:] if key.startswith("tag_") else key.replace("_", "-")
+
+    flt = [{"Name": name(k), "Values": [v]} for k, v in filters.items()]
+    flt.append({"Name": "instance-state-name", "Values": ["pending", "running"]})
+    res = env.ec2().describe_instances(Filters=flt)["Reservations"]
+    return [i for r in res for i in r["Instances"]]
+
+
+def group(env: AwsEnv, name: str) -> dict[str, Any]:
+    groups = env.asg().describe_auto_scaling_groups(AutoScalingGroupNames=[name])
+    return groups["AutoScalingGroups"][0]
+
+
+def ports(env: AwsEnv) -> dict[str, CloudPorts]:
+    return {"aws": CloudPorts(env.driver, env.capacity)}
+
+
+def test_pool_is_created_with_guardrails_and_tags(aws: AwsEnv) -> None:
+    spec = aws_spec()
+    aws.driver.ensure(spec)
+    aws.driver.ensure(spec)  # idempotent: nothing new on a second pass
+
+    lts = aws.ec2().describe_launch_templates()["LaunchTemplates"]
+    assert [lt["LaunchTemplateName"] for lt in lts] == [spec.group_name]
+    assert lts[0]["LatestVersionNumber"] == 1
+    data = aws.ec2().describe_launch_template_versions(LaunchTemplateName=spec.group_name)[
+        "LaunchTemplateVersions"
+    ][0]["LaunchTemplateData"]
+    assert data["InstanceType"] == "p4d.24xlarge"
+    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    assert data["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True
+    assert data["NetworkInterfaces"][0]["AssociatePublicIpAddress"] is False
+    assert data["InstanceMarketOptions"]["MarketType"] == "spot"
+    assert base64.b64decode(data["UserData"]).decode() == spec.user_data
+    inst_tags = {t["Key"]: t["Value"] for t in data["TagSpecifications"][0]["Tags"]}
+    assert all(inst_tags[k] for k in COST_TAGS)
+
+    g = group(aws, spec.group_name)
+    assert (g["MinSize"], g["MaxSize"], g["DesiredCapacity"]) == (0, 4, 0)
+    assert g["LaunchTemplate"]["LaunchTemplateName"] == spec.group_name
+    tags = {t["Key"]: (t["Value"], t["PropagateAtLaunch"]) for t in g["Tags"]}
+    assert tags["controller"] == (CONTROLLER, True)
+    assert tags["team"] == ("vision", True)
+    assert tags["decision"] == (spec.decision_id, True)
+
+
+def test_shape_change_makes_a_new_default_version_and_max_follows_policy(aws: AwsEnv) -> None:
+    aws.driver.ensure(aws_spec())
+    aws.driver.ensure(aws_spec(image="ami-0new", max_size=6))
+    lt = aws.ec2().describe_launch_templates()["LaunchTemplates"][0]
+    assert (lt["LatestVersionNumber"], lt["DefaultVersionNumber"]) == (2, 2)
+    assert group(aws, aws_spec().group_name)["MaxSize"] == 6
+
+
+def test_scale_up_and_down_really_changes_moto_instances(aws: AwsEnv) -> None:
+    spec = aws_spec()
+    aws.driver.ensure(spec)
+    aws.capacity.resize(spec, 3, "t-1")
+    live = instances(aws, tag_controller=CONTROLLER)
+    assert len(live) == 3
+    assert {i["InstanceType"] for i in live} == {"p4d.24xlarge"}
+    tags = {t["Key"]: t["Value"] for t in live[0]["Tags"]}
+    assert tags["pool"] == "aws-a100" and tags["decision"] == spec.decision_id
+
+    owned = aws.capacity.list_owned(CONTROLLER)
+    assert len(owned) == 3 and all(o.group == spec.group_name for o in owned)
+    assert terminate_instance(owned[0], "d-down", aws.capacity) is None
+    # terminated with decrement: the group shrinks and launches no replacement
+    assert aws.capacity.group_status(spec).desired == 2
+    assert len(instances(aws, tag_controller=CONTROLLER)) == 2
+
+    aws.capacity.resize(spec, 0, "t-2")
+    assert instances(aws, tag_controller=CONTROLLER) == []
+    # a later scale-up writes its decision to the group's propagated tag (on AWS the group's
+    # value wins over the launch template's for new instances; moto lets the template win)
+    aws.capacity.resize(aws_spec(decision_id="d-later"), 1, "t-3")
+    tags = {
+        t["Key"]: (t["Value"], t["PropagateAtLaunch"]) for t in group(aws, spec.group_name)["Tags"]
+    }
+    assert tags["decision"] == ("d-later", True)
+    assert len(instances(aws, tag_controller=CONTROLLER)) == 1
+
+
+def test_insufficient_capacity_on_one_type_moves_to_the_next_offer(aws: AwsEnv) -> None:
+    aws.server.set_capacity("us-east-1", "p5.48xlarge", 0)
+    p5, p4d = aws_spec("p5.48xlarge"), aws_spec("p4d.24xlarge")
+    out = scale_up_with_fallback(
+        [p5, p4d], 2, ports=ports(aws), backoff=Backoff(), now_ts=NOW, settings=SETTINGS
+    )
+    assert [(p.offer.instance_type, p.added) for p in out.placed] == [("p4d.24xlarge", 2)]
+    assert [type(f.error) for f in out.failed] == [CapacityError]
+    assert out.unplaced == 0
+    assert out.backoff.blocked(p5.offer, NOW + 299) and not out.backoff.blocked(p4d.offer, NOW)
+    # the stocked-out group was shrunk back, so it does not fill behind the planner's back
+    assert aws.capacity.group_status(p5).desired == 0
+    assert len(instances(aws, instance_type="p4d.24xlarge")) == 2
+    assert instances(aws, instance_type="p5.48xlarge") == []
+
+    # the next pass skips the backed-off offer without calling the cloud for it
+    before = aws.server.hits("SetDesiredCapacity")
+    again = scale_up_with_fallback(
+        [p5, p4d], 1, ports=ports(aws), backoff=out.backoff, now_ts=NOW + 60, settings=SETTINGS
+    )
+    assert again.skipped == (p5.offer,)
+    assert [p.offer for p in again.placed] == [p4d.offer]
+    assert aws.server.hits("SetDesiredCapacity") == before + 1
+
+
+def test_partially_filled_request_keeps_what_launched_and_places_the_rest(aws: AwsEnv) -> None:
+    aws.server.set_capacity("us-east-1", "p5.48xlarge", 1)
+    p5, p4d = aws_spec("p5.48xlarge"), aws_spec("p4d.24xlarge")
+    out = scale_up_with_fallback(
+        [p5, p4d], 3, ports=ports(aws), backoff=Backoff(), now_ts=NOW, settings=SETTINGS
+    )
+    assert [(p.offer.instance_type, p.added) for p in out.placed] == [
+        ("p5.48xlarge", 1),
+        ("p4d.24xlarge", 2),
+    ]
+    assert out.placed_nodes == 3
+    status = aws.capacity.group_status(p5)
+    assert (status.desired, status.launched) == (1, 1)
+    assert out.backoff.blocked(p5.offer, NOW)
+    assert len(instances(aws, instance_type="p5.48xlarge")) == 1
+
+
+def test_run_instances_below_min_count_is_a_capacity_error(aws: AwsEnv) -> None:
+    from botocore.exceptions import ClientError
+
+    from provisioner.act.aws import map_aws_error
+
+    aws.server.set_capacity("us-east-1", "p5.48xlarge", 1)
+    with pytest.raises(ClientError) as exc:
+        aws.ec2().run_instances(
+            ImageId="ami-12c6146b", InstanceType="p5.48xlarge", MinCount=2, MaxCount=2
+        )
+    assert isinstance(map_aws_error(exc.value), CapacityError)
+
+
+def test_throttling_is_retried_by_the_one_policy(aws: AwsEnv) -> None:
+    spec = aws_spec()
+    aws.driver.ensure(spec)
+    aws.server.add_fault("SetDesiredCapacity", "Throttling", service="autoscaling", times=2)
+    aws.server.add_fault("DescribeInstances", "RequestLimitExceeded", status=503, times=2)
+    aws.capacity.resize(spec, 2, "t")
+    assert aws.server.hits("SetDesiredCapacity") == 3  # botocore did not retry; tenacity did
+    assert len(aws.capacity.list_owned(CONTROLLER)) == 2
+    assert aws.server.hits("DescribeInstances") == 3
+
+
+def test_throttling_that_persists_fails_the_offer_without_backing_it_off(aws: AwsEnv) -> None:
+    spec = aws_spec()
+    aws.server.add_fault("SetDesiredCapacity", "Throttling", service="autoscaling", times=99)
+    out = scale_up_with_fallback(
+        [spec], 1, ports=ports(aws), backoff=Backoff(), now_ts=NOW, settings=SETTINGS
+    )
+    assert [type(f.error) for f in out.failed] == [ThrottlingError]
+    assert aws.server.hits("SetDesiredCapacity") == ATTEMPTS
+    assert not out.backoff.blocked(spec.offer, NOW)
+
+
+def test_quota_error_backs_off_and_the_next_offer_is_used(aws: AwsEnv) -> None:
+    aws.server.add_fault(
+        "CreateAutoScalingGroup",
+        "LimitExceeded",
+        service="autoscaling",
+        match="AutoScalingGroupName=" + aws_spec("p5.48xlarge").group_name,
+    )
+    p5, p4d = aws_spec("p5.48xlarge"), aws_spec("p4d.24xlarge")
+    out = scale_up_with_fallback(
+        [p5, p4d], 1, ports=ports(aws), backoff=Backoff(), now_ts=NOW, settings=SETTINGS
+    )
+    assert [type(f.error) for f in out.failed] == [QuotaError]
+    assert out.backoff.blocked(p5.offer, NOW)
+    assert [p.offer for p in out.placed] == [p4d.offer]
+
+
+def test_auth_error_is_not_retried(aws: AwsEnv) -> None:
+    aws.server.add_fault("DescribeLaunchTemplates", "UnauthorizedOperation", times=9)
+    with pytest.raises(AuthError):
+        aws.driver.ensure(aws_spec())
+    assert aws.server.hits("DescribeLaunchTemplates") == 1
+
+
+def test_orphan_created_by_hand_is_swept(aws: AwsEnv) -> None:
+    spec = aws_spec()
+    aws.driver.ensure(spec)
+    aws.capacity.resize(spec, 1, "t")
+    orphan_id = aws.ec2().run_instances(
+        ImageId="ami-12c6146b",
+        InstanceType="p4d.24xlarge",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {"ResourceType": "instance", "Tags": [{"Key": "controller", "Value": CONTROLLER}]}
+        ],
+    )["Instances"][0]["InstanceId"]
+    aws.ec2().run_instances(  # someone else's instance: never ours to touch
+        ImageId="ami-12c6146b", InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1
+    )
+    owned = aws.capacity.list_owned(CONTROLLER)
+    member = next(o for o in owned if o.instance_id != orphan_id)
+    launched = max(o.launched_ts for o in owned)
+    records = [
+        _record(member.instance_id, InstanceState.READY, launched),
+        _record("i-0gone000000000000", InstanceState.READY, launched),
+    ]
+
+    within_grace = plan_sweep(
+        owned, records, controller=CONTROLLER, now_ts=launched + 10, grace_s=600
+    )
+    assert within_grace.terminate == () and within_grace.close == ()
+
+    plan = plan_sweep(owned, records, controller=CONTROLLER, now_ts=launched + 601, grace_s=600)
+    assert [(t.instance.instance_id, t.reason) for t in plan.terminate] == [
+        (orphan_id, SweepReason.ORPHAN)
+    ]
+    assert [(c.instance_id, c.reason) for c in plan.close] == [
+        ("i-0gone000000000000", SweepReason.INSTANCE_GONE)
+    ]
+    for t in plan.terminate:
+        assert terminate_instance(t.instance, "sweep", aws.capacity) is None
+    state = aws.ec2().describe_instances(InstanceIds=[orphan_id])["Reservations"][0]["Instances"]
+    assert state[0]["State"]["Name"] in ("shutting-down", "terminated")
+    left = {o.instance_id for o in aws.capacity.list_owned(CONTROLLER)}
+    assert left == {member.instance_id}
+    assert aws.capacity.group_status(spec).desired == 1  # the group member was not touched
+
+
+def test_terminating_an_instance_that_is_gone_is_not_an_error(aws: AwsEnv) -> None:
+    gone = OwnedInstance(
+        "i-0123456789abcdef0", "aws", "us-east-1", "us-east-1a", "p4d.24xlarge",
+        CloudState.RUNNING, NOW,
+    )  # fmt: skip
+    assert terminate_instance(gone, "d", aws.capacity) is None
+
+
+def test_clients_honour_aws_endpoint_url(aws: AwsEnv) -> None:
+    from provisioner.act.aws import AwsCapacity, AwsClients
+
+    clients = AwsClients()  # no explicit endpoint: AWS_ENDPOINT_URL (moto) is used
+    assert clients.ec2("us-east-1").meta.endpoint_url == aws.server.endpoint
+    assert AwsCapacity(["us-east-1"], clients).list_owned(CONTROLLER) == []
+
+
+def test_delete_removes_group_template_and_instances(aws: AwsEnv) -> None:
+    spec = aws_spec(capacity=CapacityType.ON_DEMAND)
+    aws.driver.ensure(spec)
+    aws.capacity.resize(spec, 2, "t")
+    aws.driver.delete(spec)
+    assert not aws.capacity.group_status(spec).exists
+    assert aws.ec2().describe_launch_templates()["LaunchTemplates"] == []
+    assert instances(aws, tag_controller=CONTROLLER) == []
+    aws.driver.delete(spec)  # deleting again is fine
+
+
+def _record(instance_id: str, state: InstanceState, ts: float) -> CloudInstance:
+    from decimal import Decimal
+
+    return CloudInstance(
+        instance_id=instance_id,
+        pool="aws-a100",
+        offer=aws_spec().offer,
+        gpu_model="A100",
+        gpus=8,
+        price_usd_hr=Decimal("32.77"),
+        state=state,
+        launched_ts=ts,
+    )
