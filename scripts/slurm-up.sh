@@ -73,10 +73,9 @@ if [ ${#need[@]} -gt 0 ]; then
   t0=$(date +%s%N)
   export DEBIAN_FRONTEND=noninteractive
   # shellcheck disable=SC2086
-  apt-get install -y --no-install-recommends $pkgs >"$DIR/apt.log" 2>&1 || {
-    apt-get update >>"$DIR/apt.log" 2>&1
-    apt-get install -y --no-install-recommends $pkgs >>"$DIR/apt.log" 2>&1 \
-      || die "apt-get install failed ($DIR/apt.log)"; }
+  apt-get update >"$DIR/apt.log" 2>&1 || log "apt-get update failed; trying the cached lists"
+  apt-get install -y --no-install-recommends $pkgs >>"$DIR/apt.log" 2>&1 \
+    || die "apt-get install failed ($DIR/apt.log)"
   log "installed in $(secs_since "$t0")s"
 fi
 
