@@ -32,12 +32,12 @@ images = NodeImages(
     }
 )
 only = [p for p in (cfg.get("pools") or "").split(",") if p]
-for spec in pool_specs(
+specs = pool_specs(
     policy,
     load_catalog(),
     images=images,
     user_data=lambda s: render_user_data(s, boot),
     project=cfg.get("gcpProject") or "",
     pools=only,
-):
-    build_pool(spec)
+)
+groups = [build_pool(spec) for spec in specs]

@@ -6,7 +6,7 @@ import base64
 from typing import Any
 
 import pytest
-from conftest import CONTROLLER, ATTEMPTS, AwsEnv, aws_spec
+from conftest import ATTEMPTS, CONTROLLER, AwsEnv, aws_spec
 
 from provisioner.act.actuator import CloudPorts, scale_up_with_fallback, terminate_instance
 from provisioner.act.backoff_feed import BackoffSettings
@@ -255,9 +255,14 @@ def test_orphan_created_by_hand_is_swept(aws: AwsEnv) -> None:
 
 def test_terminating_an_instance_that_is_gone_is_not_an_error(aws: AwsEnv) -> None:
     gone = OwnedInstance(
-        "i-0123456789abcdef0", "aws", "us-east-1", "us-east-1a", "p4d.24xlarge",
-        CloudState.RUNNING, NOW,
-    )  # fmt: skip
+        instance_id="i-0123456789abcdef0",
+        cloud="aws",
+        region="us-east-1",
+        zone="us-east-1a",
+        instance_type="p4d.24xlarge",
+        state=CloudState.RUNNING,
+        launched_ts=NOW,
+    )
     assert terminate_instance(gone, "d", aws.capacity) is None
 
 

@@ -148,9 +148,12 @@ def test_stockout_reported_by_the_operation_is_a_capacity_error(gce: GcpEnv) -> 
 def test_quota_exceeded_is_not_retried_and_backs_off(gce: GcpEnv) -> None:
     spec = gcp_spec()
     gce.fake.add_fault(
-        method="POST", path_contains="/global/instanceTemplates", http_status=403,
-        reason="quotaExceeded", times=9,
-    )  # fmt: skip
+        method="POST",
+        path_contains="/global/instanceTemplates",
+        http_status=403,
+        reason="quotaExceeded",
+        times=9,
+    )
     out = scale_up_with_fallback(
         [spec], 1, ports=ports(gce), backoff=Backoff(), now_ts=NOW, settings=SETTINGS
     )
