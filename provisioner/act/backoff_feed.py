@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from provisioner.config.models import Guardrails
 from provisioner.domain.errors import CloudError
 from provisioner.domain.offers import OfferKey
 from provisioner.plan.backoff import Backoff
@@ -13,6 +14,10 @@ from provisioner.plan.backoff import Backoff
 class BackoffSettings:
     initial_s: float = 300.0
     max_s: float = 3600.0
+
+    @classmethod
+    def from_guardrails(cls, guardrails: Guardrails) -> BackoffSettings:
+        return cls(guardrails.backoff_initial_s, guardrails.backoff_max_s)
 
 
 def record_error(

@@ -39,7 +39,7 @@ class StackOps(Protocol):
 
 class StackFactory(Protocol):
     def select(
-        self, name: str, program: Callable[[], None], config: Mapping[str, str]
+        self, name: str, program: Callable[[], object], config: Mapping[str, str]
     ) -> StackOps: ...
 
     def remove(self, name: str) -> None: ...
@@ -195,7 +195,9 @@ class AutomationStacks:
             secrets_provider="passphrase",
         )
 
-    def select(self, name: str, program: Callable[[], None], config: Mapping[str, str]) -> StackOps:
+    def select(
+        self, name: str, program: Callable[[], object], config: Mapping[str, str]
+    ) -> StackOps:
         from pulumi import automation as auto
 
         stack = auto.create_or_select_stack(

@@ -236,6 +236,7 @@ def test_capacity_and_quota_errors_back_the_offer_off() -> None:
     for err in (ThrottlingError("t"), TransientError("x"), AuthError("a")):
         assert record_error(Backoff(), key, err, NOW, settings) == Backoff()
     assert not record_success(b, key).blocked(key, NOW)
+    assert BackoffSettings.from_guardrails(Policy().guardrails) == BackoffSettings(300.0, 3600.0)
 
 
 # ----------------------------------------------------------------------------- sweep
