@@ -200,8 +200,11 @@ class AutomationStacks:
     ) -> StackOps:
         from pulumi import automation as auto
 
+        def run() -> None:
+            program()
+
         stack = auto.create_or_select_stack(
-            stack_name=name, project_name=self.project, program=program, opts=self._opts()
+            stack_name=name, project_name=self.project, program=run, opts=self._opts()
         )
         for key, value in config.items():
             stack.set_config(key, auto.ConfigValue(value=value))
