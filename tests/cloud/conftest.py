@@ -5,69 +5,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from tenacity import stop_after_attempt, wait_none
-
-from provisioner.act.ports import PoolSpec
-from provisioner.act.retry import cloud_retrying
-from provisioner.domain.offers import CapacityType
-
-CONTROLLER = "burst-ctl"
-ATTEMPTS = 4
+from cloud_helpers import AwsEnv, GcpEnv, fast_retrying
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # google-api-core announces the end of its Python 3.11 support on import; not our concern here
     config.addinivalue_line("filterwarnings", "ignore:You are using a Python version:FutureWarning")
-
-
-def fast_retrying() -> Any:
-    return cloud_retrying(wait=wait_none(), stop=stop_after_attempt(ATTEMPTS))
-
-
-def aws_spec(instance_type: str = "p4d.24xlarge", **kw: Any) -> PoolSpec:
-    base: dict[str, Any] = {
-        "pool": "aws-a100",
-        "cloud": "aws",
-        "region": "us-east-1",
-        "instance_type": instance_type,
-        "capacity": CapacityType.SPOT,
-        "gpu_model": "A100" if instance_type.startswith("p4") else "H100",
-        "gpus": 8,
-        "max_size": 4,
-        "image": "ami-12c6146b",
-        "controller": CONTROLLER,
-        "team": "vision",
-        "decision_id": "d-0123456789abcdef",
-        "user_data": "#cloud-config\n",
-    }
-    base.update(kw)
-    return PoolSpec(**base)
-
-
-def gcp_spec(region: str = "us-central1", **kw: Any) -> PoolSpec:
-    base: dict[str, Any] = {
-        "pool": "gcp-a100",
-        "cloud": "gcp",
-        "region": region,
-        "instance_type": "a2-highgpu-1g",
-        "capacity": CapacityType.SPOT,
-        "gpu_model": "A100",
-        "gpus": 1,
-        "max_size": 4,
-        "image": "projects/deeplearning-platform-release/global/images/family/common-cu124",
-        "controller": CONTROLLER,
-        "team": "nlp",
-        "decision_id": "d-fedcba9876543210",
-        "user_data": "#cloud-config\n",
-        "project": "burst-proj",
-        "zones": (f"{region}-a", f"{region}-b"),
-    }
-    base.update(kw)
-    return PoolSpec(**base)
 
 
 # ----------------------------------------------------------------------------- AWS / moto
@@ -99,20 +45,6 @@ def aws_clients(moto_server: Any) -> Any:
     return AwsClients(moto_server.endpoint)
 
 
-@dataclass
-class AwsEnv:
-    server: Any
-    clients: Any
-    driver: Any
-    capacity: Any
-
-    def ec2(self, region: str = "us-east-1") -> Any:
-        return self.clients.ec2(region)
-
-    def asg(self, region: str = "us-east-1") -> Any:
-        return self.clients.autoscaling(region)
-
-
 @pytest.fixture
 def aws(moto_server: Any, aws_clients: Any, monkeypatch: pytest.MonkeyPatch) -> AwsEnv:
     from provisioner.act.aws import AwsCapacity, AwsPoolDriver
@@ -137,14 +69,6 @@ def aws(moto_server: Any, aws_clients: Any, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 # ----------------------------------------------------------------------------- GCP / fake
-@dataclass
-class GcpEnv:
-    fake: Any
-    clients: Any
-    driver: Any
-    capacity: Any
-
-
 @pytest.fixture
 def gce() -> Iterator[GcpEnv]:
     from google.auth.credentials import AnonymousCredentials

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CONTROLLER, aws_spec, gcp_spec
+from cloud_helpers import CONTROLLER, aws_spec, gcp_spec
 from tenacity import stop_after_attempt, wait_none
 
 from provisioner.act.aws import map_client_error

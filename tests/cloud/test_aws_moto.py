@@ -6,7 +6,7 @@ import base64
 from typing import Any
 
 import pytest
-from conftest import ATTEMPTS, CONTROLLER, AwsEnv, aws_spec
+from cloud_helpers import ATTEMPTS, CONTROLLER, AwsEnv, aws_spec
 
 from provisioner.act.actuator import CloudPorts, scale_up_with_fallback, terminate_instance
 from provisioner.act.backoff_feed import BackoffSettings

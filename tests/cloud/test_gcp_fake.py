@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from conftest import ATTEMPTS, CONTROLLER, GcpEnv, gcp_spec
+from cloud_helpers import ATTEMPTS, CONTROLLER, GcpEnv, gcp_spec
 
 from provisioner.act.actuator import CloudPorts, scale_up_with_fallback, terminate_instance
 from provisioner.act.backoff_feed import BackoffSettings

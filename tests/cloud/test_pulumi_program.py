@@ -14,7 +14,7 @@ from typing import Any
 
 import pulumi
 import pytest
-from conftest import ATTEMPTS, aws_spec, fast_retrying, gcp_spec
+from cloud_helpers import ATTEMPTS, aws_spec, fast_retrying, gcp_spec
 
 from provisioner.act.drivers import SdkPoolDriver, driver_kind, select_pool_driver
 from provisioner.act.ports import COST_TAGS, PoolSpec
