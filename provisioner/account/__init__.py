@@ -1,0 +1,1 @@
+"""Accounting: pricing, per-second billing, cost allocation to jobs, reports, budgets, FOCUS."""

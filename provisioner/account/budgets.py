@@ -1,0 +1,117 @@
+"""Budget status: what each team spent on cloud this month, its burn rate, a month-end forecast
+and the headroom left; and the global $/h cap against what is running now.
+
+- spent: ledger cost of kind job + idle (cloud) with a start in this UTC calendar month;
+- burn: $/h of the team's live cloud instances (requested ones included: they are committed);
+- forecast: spent + burn x hours left in the month (the fleet as it runs now, kept running);
+- headroom: monthly budget - spent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from sqlalchemy import func, select
+
+from provisioner.reconcile.models import GRAINS, RollupRow
+from provisioner.reconcile.store import Store, day_of, from_micros
+
+CLOUD_KINDS = ("job", "idle")
+TEAM_GRAIN = GRAINS.index(("kind", "team"))
+
+
+@dataclass(frozen=True, slots=True)
+class TeamBudgetStatus:
+    team: str
+    monthly_usd: Decimal | None
+    spent_usd: Decimal
+    burn_usd_hr: Decimal
+    forecast_usd: Decimal
+    headroom_usd: Decimal | None
+
+    @property
+    def used_ratio(self) -> float | None:
+        if self.monthly_usd is None or self.monthly_usd == 0:
+            return None
+        return float(self.spent_usd / self.monthly_usd)
+
+    @property
+    def over_forecast(self) -> bool:
+        return self.monthly_usd is not None and self.forecast_usd > self.monthly_usd
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatus:
+    now_ts: float
+    month_start_ts: float
+    month_end_ts: float
+    global_usd_per_hour: Decimal | None
+    burn_usd_hr: Decimal
+    teams: tuple[TeamBudgetStatus, ...]
+
+    @property
+    def global_headroom_usd_hr(self) -> Decimal | None:
+        if self.global_usd_per_hour is None:
+            return None
+        return self.global_usd_per_hour - self.burn_usd_hr
+
+    @property
+    def hours_left(self) -> Decimal:
+        return Decimal(repr(max(0.0, self.month_end_ts - self.now_ts))) / Decimal(3600)
+
+
+def month_bounds(now_ts: float) -> tuple[float, float]:
+    now = datetime.fromtimestamp(now_ts, UTC)
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = (
+        start.replace(year=start.year + 1, month=1)
+        if start.month == 12
+        else start.replace(month=start.month + 1)
+    )
+    return start.timestamp(), end.timestamp()
+
+
+def budget_status(store: Store, now_ts: float) -> BudgetStatus:
+    m0, m1 = month_bounds(now_ts)
+    # The month is whole UTC days, so the (kind, team) rollup answers it exactly.
+    q = (
+        select(RollupRow.team, func.sum(RollupRow.cost_micros))
+        .where(
+            RollupRow.grain == TEAM_GRAIN,
+            RollupRow.day >= day_of(m0),
+            RollupRow.day < day_of(m1),
+            RollupRow.kind.in_(CLOUD_KINDS),
+        )
+        .group_by(RollupRow.team)
+    )
+    with store.reading() as s:
+        spent = {str(t): from_micros(int(c or 0)) for t, c in s.execute(q)}
+    burn: dict[str, Decimal] = {}
+    total_burn = Decimal(0)
+    for si in store.instances(live_only=True):
+        burn[si.team] = burn.get(si.team, Decimal(0)) + si.instance.price_usd_hr
+        total_burn += si.instance.price_usd_hr
+    hours_left = Decimal(repr(max(0.0, m1 - now_ts))) / Decimal(3600)
+    budgets = store.budgets()
+    monthly = {b.name: b.monthly_usd for b in budgets if b.scope == "team"}
+    global_cap = next((b.usd_per_hour for b in budgets if b.scope == "global"), None)
+    teams = sorted(set(monthly) | {t for t in spent if t} | {t for t in burn if t})
+    rows = []
+    for team in teams:
+        sp = spent.get(team, Decimal(0))
+        br = burn.get(team, Decimal(0))
+        cap = monthly.get(team)
+        forecast = (sp + br * hours_left).quantize(Decimal("0.000001"))
+        rows.append(
+            TeamBudgetStatus(
+                team=team,
+                monthly_usd=cap,
+                spent_usd=sp,
+                burn_usd_hr=br,
+                forecast_usd=forecast,
+                headroom_usd=(cap - sp) if cap is not None else None,
+            )
+        )
+    return BudgetStatus(now_ts, m0, m1, global_cap, total_burn, tuple(rows))

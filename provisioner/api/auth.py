@@ -1,0 +1,90 @@
+"""Bearer-token auth with three roles, viewer < operator < admin.
+
+A token reads `pbt_<id>_<secret>`. The store keeps the id, the role and an HMAC-SHA256 of the
+secret keyed by a per-token random salt; the secret itself is shown once, when it is created,
+and never stored, logged or returned again. Comparison is constant-time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from enum import IntEnum
+
+from provisioner.reconcile.store import Store, TokenRecord
+
+PREFIX = "pbt"
+_TOKEN_RE = re.compile(r"^pbt_([0-9a-f]{12})_([A-Za-z0-9_-]{20,128})$")
+
+
+class Role(IntEnum):
+    VIEWER = 1
+    OPERATOR = 2
+    ADMIN = 3
+
+    @classmethod
+    def parse(cls, text: str) -> Role:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ValueError(f"unknown role {text!r}; use viewer, operator or admin") from None
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    token_id: str
+    name: str
+    role: Role
+
+    @property
+    def who(self) -> str:
+        """How the principal appears in audit fields: name and token id, never the secret."""
+        return f"{self.name or 'token'} ({self.token_id})"
+
+
+def _digest(salt: str, secret: str) -> str:
+    return hmac.new(salt.encode(), secret.encode(), hashlib.sha256).hexdigest()
+
+
+def create_token(store: Store, role: Role | str, name: str, now_ts: float) -> str:
+    """Create a token and return it. This is the only time the secret exists in clear."""
+    r = role if isinstance(role, Role) else Role.parse(role)
+    token_id = secrets.token_hex(6)
+    secret = secrets.token_urlsafe(32)
+    salt = secrets.token_hex(16)
+    store.add_token(
+        TokenRecord(
+            token_id=token_id,
+            name=name[:128],
+            role=r.label,
+            salt=salt,
+            secret_hash=_digest(salt, secret),
+            created_ts=now_ts,
+        )
+    )
+    return f"{PREFIX}_{token_id}_{secret}"
+
+
+def verify_token(store: Store, presented: str) -> Principal | None:
+    """The principal a presented token stands for, or None (malformed, unknown, revoked)."""
+    m = _TOKEN_RE.match(presented.strip())
+    if m is None:
+        return None
+    token_id, secret = m.group(1), m.group(2)
+    rec = store.token(token_id)
+    if rec is None or rec.revoked_ts is not None:
+        return None
+    if not hmac.compare_digest(_digest(rec.salt, secret), rec.secret_hash):
+        return None
+    try:
+        role = Role.parse(rec.role)
+    except ValueError:
+        return None
+    return Principal(rec.token_id, rec.name, role)

@@ -1,0 +1,138 @@
+"""Prometheus metrics, prefix `provisioner_`, computed from the store (and the latest snapshot
+when the controller provides one) at scrape time, in a registry of the app's own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from provisioner.account.budgets import budget_status
+from provisioner.domain.instances import InstanceState
+from provisioner.domain.snapshot import ClusterSnapshot
+from provisioner.reconcile.store import Store
+
+
+class ProvisionerCollector(Collector):
+    def __init__(
+        self,
+        store: Store,
+        now_ts: Callable[[], float],
+        snapshot: Callable[[], ClusterSnapshot | None] | None = None,
+    ) -> None:
+        self.store = store
+        self.now_ts = now_ts
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.snapshot() if self.snapshot is not None else None
+        if snap is not None:
+            pending = GaugeMetricFamily(
+                "provisioner_pending_gpu_demand",
+                "GPUs requested by pending jobs in the latest snapshot.",
+                labels=["partition"],
+            )
+            by_part: dict[str, int] = {}
+            for j in snap.pending:
+                by_part[j.partition] = by_part.get(j.partition, 0) + j.gpus
+            for part, gpus in sorted(by_part.items()):
+                pending.add_metric([part], gpus)
+            yield pending
+            yield GaugeMetricFamily(
+                "provisioner_pending_gpus",
+                "GPUs requested by all pending jobs in the latest snapshot.",
+                value=sum(by_part.values()),
+            )
+            nodes = GaugeMetricFamily(
+                "provisioner_nodes", "Scheduler nodes by kind and state.", labels=["kind", "state"]
+            )
+            counts: dict[tuple[str, str], int] = {}
+            for n in snap.nodes:
+                key = (str(n.kind), str(n.state))
+                counts[key] = counts.get(key, 0) + 1
+            for (kind, state), c in sorted(counts.items()):
+                nodes.add_metric([kind, state], c)
+            yield nodes
+            yield GaugeMetricFamily(
+                "provisioner_snapshot_stale",
+                "1 when the latest snapshot is stale or partial.",
+                value=1 if snap.stale else 0,
+            )
+
+        inst = GaugeMetricFamily(
+            "provisioner_instances", "Cloud instances by lifecycle state.", labels=["state"]
+        )
+        counts_by_state = self.store.instance_counts()
+        for st in InstanceState:
+            inst.add_metric([str(st)], counts_by_state.get(str(st), 0))
+        yield inst
+
+        yield GaugeMetricFamily(
+            "provisioner_cloud_usd_per_hour",
+            "$/h of every cloud instance requested or alive.",
+            value=float(self.store.cloud_usd_per_hour()),
+        )
+
+        status = budget_status(self.store, self.now_ts())
+        used = GaugeMetricFamily(
+            "provisioner_budget_used_ratio",
+            "Cloud spend this month over the team's monthly budget.",
+            labels=["team"],
+        )
+        spent = GaugeMetricFamily(
+            "provisioner_budget_spent_usd", "Cloud spend this month, $.", labels=["team"]
+        )
+        forecast = GaugeMetricFamily(
+            "provisioner_budget_forecast_usd",
+            "Month-end forecast of cloud spend, $.",
+            labels=["team"],
+        )
+        for t in status.teams:
+            spent.add_metric([t.team], float(t.spent_usd))
+            forecast.add_metric([t.team], float(t.forecast_usd))
+            if t.used_ratio is not None:
+                used.add_metric([t.team], t.used_ratio)
+        yield used
+        yield spent
+        yield forecast
+        if status.global_usd_per_hour is not None and status.global_usd_per_hour > 0:
+            yield GaugeMetricFamily(
+                "provisioner_budget_global_used_ratio",
+                "Cloud $/h now over the global $/h cap.",
+                value=float(status.burn_usd_hr / status.global_usd_per_hour),
+            )
+
+        decisions = CounterMetricFamily(
+            "provisioner_decisions", "Planner decisions recorded, by reason.", labels=["reason"]
+        )
+        for reason, count in sorted(self.store.decision_counts().items()):
+            decisions.add_metric([reason], count)
+        yield decisions
+
+        failed = CounterMetricFamily(
+            "provisioner_scale_up_failures",
+            "Scale-up cloud calls that failed, by error code.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self.store.failed_intent_counts("scale_up").items()):
+            failed.add_metric([reason], count)
+        yield failed
+
+        op = self.store.operator_state()
+        yield GaugeMetricFamily(
+            "provisioner_paused", "1 while bursting is paused by an operator.", value=int(op.paused)
+        )
+        drained = GaugeMetricFamily(
+            "provisioner_pool_drained", "1 for a pool an operator drained.", labels=["pool"]
+        )
+        for p in self.store.pools():
+            drained.add_metric([p.name], int(p.drained))
+        yield drained
+
+
+def make_registry(collector: ProvisionerCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry

@@ -1,0 +1,1 @@
+"""Reconcile: the store (SQLAlchemy), passive sync and the controller loop."""

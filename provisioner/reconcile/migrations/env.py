@@ -1,0 +1,21 @@
+"""Alembic environment: always handed a live connection by `migrations.upgrade`."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from provisioner.reconcile.models import Base
+
+config = context.config
+connection = config.attributes.get("connection")
+if connection is None:
+    raise RuntimeError("run migrations through provisioner.reconcile.migrations.upgrade()")
+
+context.configure(
+    connection=connection,
+    target_metadata=Base.metadata,
+    render_as_batch=connection.dialect.name == "sqlite",
+    compare_type=True,
+)
+with context.begin_transaction():
+    context.run_migrations()
