@@ -15,15 +15,22 @@ class Strict(BaseModel):
 class WaitPolicy(Strict):
     """How long a job may wait for on-prem GPUs before it bursts.
 
-    budget_s = clamp(floor_s, cap_s, per_gpu_s * gpus + runtime_factor * gpus * runtime_s)
-    where runtime_s is the job's runtime estimate (the runtime term drops out when it is unknown).
-    `urgent` classes (e.g. inference) burst at once, on on-demand capacity only.
+    With a runtime estimate (or time limit):
+      cost-based, when `usd_per_wait_hour` is set: one hour of waiting for every
+      `usd_per_wait_hour` dollars that running on-prem saves, i.e. the expected cost of the job's
+      cheapest cloud offer over its runtime. Cheap spot capacity buys little patience.
+      compute-based otherwise (Starburst's compute-wait): runtime_factor * gpus * runtime_s.
+    Without one: per_gpu_s * gpus (the job's size carries most of the signal).
+    Either is clamped to [floor_s, cap_s]. `urgent` classes (e.g. inference) burst at once, on
+    on-demand capacity only. `default_runtime_s` is the runtime assumed for costs and start
+    predictions when a job has neither an estimate nor a time limit.
     """
 
-    per_gpu_s: float = Field(default=0.0, ge=0)
-    runtime_factor: float = Field(default=0.076, ge=0)
+    usd_per_wait_hour: Decimal | None = Field(default=None, gt=0)
+    runtime_factor: float = Field(default=0.1, ge=0)
+    per_gpu_s: float = Field(default=2772.0, ge=0)
     floor_s: float = Field(default=0.0, ge=0)
-    cap_s: float = Field(default=86_400.0, gt=0)
+    cap_s: float = Field(default=604_800.0, gt=0)
     urgent: bool = False
     default_runtime_s: float | None = Field(default=None, gt=0)
     spot_allowed: bool = True
@@ -34,11 +41,19 @@ class WaitPolicy(Strict):
             raise ValueError(f"floor_s ({self.floor_s}) must not exceed cap_s ({self.cap_s})")
         return self
 
-    def budget_s(self, gpus: int, runtime_s: float | None) -> float:
+    def budget_s(
+        self, gpus: int, runtime_s: float | None, cloud_cost_usd: float | None = None
+    ) -> float:
+        """Seconds the job may wait in all. `cloud_cost_usd` is the expected cost of its
+        cheapest cloud offer (None when no offer fits: then only the compute rule applies)."""
         if self.urgent:
             return 0.0
-        rt = runtime_s if runtime_s is not None else self.default_runtime_s
-        raw = self.per_gpu_s * gpus + (self.runtime_factor * gpus * rt if rt is not None else 0.0)
+        if runtime_s is None:
+            raw = self.per_gpu_s * gpus
+        elif self.usd_per_wait_hour is not None and cloud_cost_usd is not None:
+            raw = 3600.0 * cloud_cost_usd / float(self.usd_per_wait_hour)
+        else:
+            raw = self.runtime_factor * gpus * runtime_s
         return min(self.cap_s, max(self.floor_s, raw))
 
 
@@ -74,7 +89,7 @@ class PoolPolicy(Strict):
     """A burst pool: where and on what the controller may create GPU nodes."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{1,40}$")
-    cloud: Literal["aws", "gcp"]
+    cloud: Literal["aws", "gcp", "sim"]  # sim: the simulator's flat-priced cloud
     regions: list[str] = Field(min_length=1)
     gpu_model: str | None = None
     min_gpu_mem_gb: float | None = Field(default=None, gt=0)

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 from provisioner.domain.errors import InputError
 from provisioner.domain.offers import CapacityType, Offer
@@ -34,6 +35,10 @@ class Catalog:
     offers: tuple[Offer, ...]
     source: str = ""
     _by_model: dict[str, tuple[Offer, ...]] = field(default_factory=dict, compare=False)
+    # Memo of offer rankings, owned by the planner; keyed with id(policy), whose owners are kept
+    # alive here so an id is never reused while its entries exist.
+    memo: dict[tuple[object, ...], Any] = field(default_factory=dict, compare=False, repr=False)
+    memo_owners: dict[int, object] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         groups: dict[str, list[Offer]] = {}

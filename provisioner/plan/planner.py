@@ -44,36 +44,25 @@ _IN_FLIGHT = (InstanceState.REQUESTED, InstanceState.ALLOCATED, InstanceState.JO
 
 
 def build_profile(snapshot: ClusterSnapshot, policy: Policy, now: float) -> OnPremProfile:
-    """The on-prem slot profile from the nodes and the running jobs' expected ends."""
+    """The on-prem availability profile from the nodes and the running jobs' expected ends."""
     onprem = [n for n in snapshot.nodes if n.kind is NodeKind.ONPREM]
     onprem.sort(key=lambda n: (n.weight, n.name))
+    caps = [n.gpus if n.state.usable else 0 for n in onprem]
     width = max([n.gpus for n in onprem] or [policy.onprem.gpus_per_node])
+    prof = OnPremProfile(caps, now, width, tuple(n.name for n in onprem))
     index = {n.name: i for i, n in enumerate(onprem)}
-    rows: list[list[float]] = []
-    for n in onprem:
-        usable = n.state.usable
-        rows.append([now if usable else INF] * n.gpus + [INF] * (width - n.gpus))
     for job in snapshot.running:
         on = [index[name] for name in job.nodes if name in index]
         if not on:
             continue
-        runtime = _runtime(job, policy)
         start = job.start_ts if job.start_ts is not None else now
         # A job past its estimate is expected to end soon, not to have ended already.
-        end = max(start + runtime, now + 60.0)
+        end = max(start + _runtime(job, policy), now + 60.0)
         per_node = max(1, math.ceil(job.gpus / len(on)))
         for idx in on:
-            row = rows[idx]
-            taken = 0
-            for j in range(len(row)):
-                if taken == per_node:
-                    break
-                if row[j] == now:
-                    row[j] = end
-                    taken += 1
-    for row in rows:
-        row.sort()
-    return OnPremProfile(rows, width, tuple(n.name for n in onprem))
+            if caps[idx]:
+                prof.adjust(idx, now, end, -min(per_node, caps[idx]))
+    return prof
 
 
 def _runtime(job: Job, policy: Policy) -> float:
@@ -155,7 +144,10 @@ class _Planner:
         self.decisions: list[Decision] = []
         self.actions: list[Action] = []
         self.predicted: dict[str, float] = {}
-        self._rank_cache: dict[tuple[object, ...], list[Candidate]] = {}
+        # Rankings depend only on the catalog, the policy and the job's shape: memoised on the
+        # catalog so a simulator calling plan() per event does not rank offers again each time.
+        self._rank_cache = catalog.memo
+        self._keepalive = catalog.memo_owners
         self.onprem_model = policy.onprem.gpu_model.lower()
         self.onprem_models = {self.onprem_model} | {
             m.lower() for m in policy.onprem.equivalent_gpu_models
@@ -200,7 +192,7 @@ class _Planner:
             else (CapacityType.ON_DEMAND, CapacityType.SPOT)
         )
         bucket = int(math.log2(runtime + 1.0))
-        key = (job.gpus, model, tuple(p.name for p in pools), caps, bucket)
+        key = (id(self.policy), job.gpus, model, tuple(p.name for p in pools), caps, bucket)
         hit = self._rank_cache.get(key)
         if hit is None:
             cands = candidates_for(
@@ -214,6 +206,7 @@ class _Planner:
             )
             hit = rank(cands, runtime, self.policy.spot)
             self._rank_cache[key] = hit
+            self._keepalive[id(self.policy)] = self.policy
         return hit
 
     # ---- phases --------------------------------------------------------------------------
@@ -249,14 +242,18 @@ class _Planner:
             model = (job.gpu_type or self.onprem_model).lower()
             placement: Placement | None = None
             if model in self.onprem_models and set(job.partitions) & self.onprem_parts:
-                placement = prof.earliest(job.gpus, now)
+                placement = prof.earliest(job.gpus, now, runtime)
             start = placement.start_ts if placement is not None else INF
-            budget = wp.budget_s(job.gpus, job.runtime_estimate_s)
-            wait_total = start - job.submit_ts
             urgent = wp.urgent
-            stay = start <= now if urgent else wait_total <= budget
-            if not stay and not urgent and placement is not None:
+            if start <= now:
+                budget = 0.0
+                stay = True
+            else:
                 ranked = self._ranked(job, model, wp, runtime, urgent)
+                cheapest = ranked[0].expected_cost(runtime, self.policy.spot) if ranked else None
+                budget = wp.budget_s(job.gpus, job.runtime_estimate_s, cheapest)
+                stay = False if urgent else start - job.submit_ts <= budget
+            if not stay and not urgent and placement is not None:
                 boot = ranked[0].boot_s if ranked else INF
                 if start - now <= boot:
                     self._decide(

@@ -1,20 +1,22 @@
-"""On-prem GPU availability as a slot model, used to predict when a pending job would start.
+"""On-prem GPU availability over time, for predicting when a pending job would start.
 
-Every on-prem GPU is a slot holding the time it next becomes free. A job of g <= G GPUs (G per
-node) starts on the node whose g-th earliest slot frees first (gang placement on one node); a
-larger job takes whole nodes plus one node for the remainder. Placing a job moves its slots to
-its predicted end. This is FIFO list scheduling that lets a later job start earlier on another
-node, but never slides into a hole before an earlier reservation, so predictions are
-conservative: a job never starts later than predicted when runtimes are exact.
+Each on-prem node keeps a step function of free GPUs: breakpoints `times[k]` and `free[k]`, the
+free count from times[k] until times[k+1] (the last step lasts forever). A job is placed by
+conservative backfilling: at the earliest time some node has its GPUs free for the job's whole
+expected runtime (gang placement: a job of up to one node's GPUs runs on one node; larger jobs
+take whole nodes plus one node for the remainder). Earlier reservations never move, so with exact
+runtimes no job starts later than predicted.
 
-Per-size heaps with lazy invalidation keep one placement O(log N) for 10,000 nodes.
+Placement is first fit in node order for jobs that can start at once (what Slurm and the
+published simulators do), and a lower-bound search over per-size heaps for later starts, so one
+placement stays cheap on 10,000 nodes.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from bisect import insort
+from bisect import bisect_right
 from dataclasses import dataclass
 
 INF = math.inf
@@ -28,120 +30,244 @@ class Placement:
 
 
 class OnPremProfile:
-    __slots__ = ("_heaps", "_version", "free_at", "gpus_per_node", "node_names")
+    __slots__ = (
+        "_heaps",
+        "_now",
+        "_version",
+        "cap",
+        "free",
+        "gpus_per_node",
+        "node_names",
+        "times",
+    )
 
     def __init__(
         self,
-        free_at: list[list[float]],
-        gpus_per_node: int,
+        capacities: list[int],
+        now_ts: float,
+        gpus_per_node: int | None = None,
         node_names: tuple[str, ...] | None = None,
     ) -> None:
-        self.gpus_per_node = gpus_per_node
-        self.free_at = free_at
-        self.node_names = node_names or tuple(f"onprem-{i}" for i in range(len(free_at)))
-        self._version = [0] * len(free_at)
+        self.cap = list(capacities)
+        self.gpus_per_node = gpus_per_node or max(self.cap or [0])
+        self.times: list[list[float]] = [[now_ts] for _ in self.cap]
+        self.free: list[list[int]] = [[c] for c in self.cap]
+        self.node_names = node_names or tuple(f"onprem-{i}" for i in range(len(self.cap)))
+        self._version = [0] * len(self.cap)
         self._heaps: dict[int, list[tuple[float, int, int]]] = {}
+        # [time, nodes with a GPU free then (node order), count of leading nodes now full]
+        self._now: tuple[float, list[int], int] = (-INF, [], 0)
 
     @classmethod
     def idle(cls, nodes: int, gpus_per_node: int, now_ts: float) -> OnPremProfile:
-        return cls([[now_ts] * gpus_per_node for _ in range(nodes)], gpus_per_node)
+        return cls([gpus_per_node] * nodes, now_ts, gpus_per_node)
 
     @property
     def nodes(self) -> int:
-        return len(self.free_at)
+        return len(self.cap)
 
     @property
     def total_gpus(self) -> int:
-        return sum(1 for row in self.free_at for v in row if v != INF)
+        return sum(self.cap)
 
     def copy(self) -> OnPremProfile:
-        twin = OnPremProfile([list(r) for r in self.free_at], self.gpus_per_node, self.node_names)
+        twin = OnPremProfile.__new__(OnPremProfile)
+        twin.cap = self.cap
+        twin.gpus_per_node = self.gpus_per_node
+        twin.times = [list(t) for t in self.times]
+        twin.free = [list(f) for f in self.free]
+        twin.node_names = self.node_names
         twin._version = list(self._version)
         twin._heaps = {g: list(h) for g, h in self._heaps.items()}
+        twin._now = (self._now[0], list(self._now[1]), self._now[2])
         return twin
+
+    # ---- queries ---------------------------------------------------------------------------
+
+    def _first_at_least(self, i: int, g: int) -> float:
+        """Lower bound on when node i could start a job of g GPUs."""
+        for t, f in zip(self.times[i], self.free[i], strict=True):
+            if f >= g:
+                return t
+        return INF
+
+    def _fit(self, i: int, g: int, duration: float, at: float) -> float:
+        """Earliest t >= at when node i has g GPUs free during [t, t + duration)."""
+        if self.cap[i] < g:
+            return INF
+        times, free = self.times[i], self.free[i]
+        n = len(times)
+        k = max(0, bisect_right(times, at) - 1)
+        start: float | None = None
+        while k < n:
+            seg_start = times[k] if times[k] > at else at
+            seg_end = times[k + 1] if k + 1 < n else INF
+            if free[k] >= g:
+                if start is None:
+                    start = seg_start
+                if seg_end - start >= duration:
+                    return start
+            else:
+                start = None
+            k += 1
+        return INF if start is None else start
+
+    def _free_nodes(self, at: float) -> list[int]:
+        when, nodes, cur = self._now
+        if when != at:
+            nodes = [i for i in range(len(self.cap)) if self._free_at(i, at) > 0]
+            cur = 0
+        # Commits only ever fill nodes at `at`, so a full prefix can be skipped for good.
+        while cur < len(nodes) and self._free_at(nodes[cur], at) <= 0:
+            cur += 1
+        self._now = (at, nodes, cur)
+        return nodes[cur:]
+
+    def _free_at(self, i: int, at: float) -> int:
+        k = bisect_right(self.times[i], at) - 1
+        return self.free[i][max(0, k)]
+
+    def free_now(self, now_ts: float) -> int:
+        return sum(max(0, self._free_at(i, now_ts)) for i in range(len(self.cap)))
 
     def _heap(self, g: int) -> list[tuple[float, int, int]]:
         h = self._heaps.get(g)
-        if h is None or len(h) > 4 * len(self.free_at) + 64:
-            h = [(row[g - 1], i, self._version[i]) for i, row in enumerate(self.free_at)]
+        if h is None or len(h) > 4 * len(self.cap) + 64:
+            h = [(self._first_at_least(i, g), i, self._version[i]) for i in range(len(self.cap))]
             heapq.heapify(h)
             self._heaps[g] = h
         return h
 
-    def _best(self, g: int) -> tuple[float, int]:
-        h = self._heap(g)
-        while h:
-            key, idx, ver = h[0]
-            if ver == self._version[idx]:
-                return key, idx
-            heapq.heappop(h)
-        return INF, -1
-
-    def free_now(self, now_ts: float) -> int:
-        return sum(1 for row in self.free_at for v in row if v <= now_ts)
-
-    def earliest(self, gpus: int, not_before: float) -> Placement | None:
-        """Earliest start for a job of `gpus` GPUs, or None if it can never fit."""
-        G = self.gpus_per_node
+    def earliest(self, gpus: int, not_before: float, duration: float) -> Placement | None:
+        """Earliest start of a job of `gpus` GPUs running `duration` s; None if it never fits."""
         if gpus <= 0:
             return Placement(not_before, (), ())
-        if gpus <= G:
-            key, idx = self._best(gpus)
-            if idx < 0 or key == INF:
-                return None
-            return Placement(max(key, not_before), (idx,), (gpus,))
+        if gpus > self.gpus_per_node:
+            return self._earliest_multi(gpus, not_before, duration)
+        # 1. first fit among nodes that can start it at once
+        for i in self._free_nodes(not_before):
+            if self._fit(i, gpus, duration, not_before) == not_before:
+                return Placement(not_before, (i,), (gpus,))
+        # 2. best start later: nodes in order of a lower bound, stop when it cannot win
+        h = self._heap(gpus)
+        best, best_i = INF, -1
+        stale: list[tuple[float, int, int]] = []
+        while h:
+            bound, i, ver = h[0]
+            if ver != self._version[i]:
+                heapq.heappop(h)
+                continue
+            if max(bound, not_before) >= best:
+                break
+            stale.append(heapq.heappop(h))
+            t = self._fit(i, gpus, duration, not_before)
+            if t < best or (t == best and i < best_i):
+                best, best_i = t, i
+        for item in stale:
+            heapq.heappush(h, item)
+        if best_i < 0 or best == INF:
+            return None
+        return Placement(best, (best_i,), (gpus,))
+
+    def _earliest_multi(self, gpus: int, not_before: float, duration: float) -> Placement | None:
+        G = self.gpus_per_node
         full, rest = divmod(gpus, G)
         need = full + (1 if rest else 0)
-        if need > len(self.free_at):
+        if need > len(self.cap):
             return None
-        # Multi-node jobs are rare: a sort over nodes is fine here.
-        order = sorted(range(len(self.free_at)), key=lambda i: (self.free_at[i][G - 1], i))
-        chosen = order[:full]
-        start = max((self.free_at[i][G - 1] for i in chosen), default=not_before)
-        each = [G] * full
-        if rest:
-            taken = set(chosen)
-            cand = min(
-                (i for i in range(len(self.free_at)) if i not in taken),
-                key=lambda i: (self.free_at[i][rest - 1], i),
-                default=-1,
-            )
-            if cand < 0:
-                return None
-            start = max(start, self.free_at[cand][rest - 1])
-            chosen.append(cand)
-            each.append(rest)
-        if start == INF:
-            return None
-        return Placement(max(start, not_before), tuple(chosen), tuple(each))
+        # Candidate starts: when each node could first hold a whole-node share, then the time
+        # every reservation is over. Multi-node jobs are rare, so a bounded scan is enough.
+        firsts = sorted({self._fit(i, G, duration, not_before) for i in range(len(self.cap))})
+        tail = max((t[-1] for t in self.times), default=not_before)
+        candidates = [*[t for t in firsts if t != INF][: 2 * need + 8], max(tail, not_before)]
+        for t in candidates:
+            chosen: list[int] = []
+            for i in range(len(self.cap)):
+                if len(chosen) == full:
+                    break
+                if self._fit(i, G, duration, t) == t:
+                    chosen.append(i)
+            if len(chosen) < full:
+                continue
+            each = [G] * full
+            if rest:
+                taken = set(chosen)
+                extra = next(
+                    (
+                        i
+                        for i in range(len(self.cap))
+                        if i not in taken and self._fit(i, rest, duration, t) == t
+                    ),
+                    -1,
+                )
+                if extra < 0:
+                    continue
+                chosen.append(extra)
+                each.append(rest)
+            return Placement(t, tuple(chosen), tuple(each))
+        return None
+
+    # ---- updates (mutate: the planner copies before it places anything) --------------------
+
+    def _split(self, i: int, t: float) -> int:
+        """Index of the step starting at t, inserting a breakpoint if needed."""
+        times, free = self.times[i], self.free[i]
+        k = bisect_right(times, t) - 1
+        if k >= 0 and times[k] == t:
+            return k
+        if k < 0:
+            times.insert(0, t)
+            free.insert(0, self.cap[i])
+            return 0
+        times.insert(k + 1, t)
+        free.insert(k + 1, free[k])
+        return k + 1
+
+    def adjust(self, i: int, start: float, end: float, delta: int) -> None:
+        """Add `delta` free GPUs on node i during [start, end)."""
+        if end <= start or delta == 0:
+            return
+        a = self._split(i, start)
+        b = self._split(i, end) if end != INF else len(self.times[i])
+        free = self.free[i]
+        for k in range(a, b):
+            free[k] += delta
+        self._merge(i)
+        self._version[i] += 1
+        v = self._version[i]
+        for size, h in self._heaps.items():
+            heapq.heappush(h, (self._first_at_least(i, size), i, v))
+        if delta > 0 and start <= self._now[0] < end:
+            self._now = (-INF, [], 0)  # a node may have room again
+
+    def _merge(self, i: int) -> None:
+        times, free = self.times[i], self.free[i]
+        k = 1
+        while k < len(times):
+            if free[k] == free[k - 1]:
+                del times[k]
+                del free[k]
+            else:
+                k += 1
 
     def commit(self, placement: Placement, end_ts: float) -> None:
-        """Occupy the placement's slots until end_ts (mutates this profile: callers copy first)."""
-        for idx, g in zip(placement.nodes, placement.gpus_each, strict=True):
-            row = self.free_at[idx]
-            keep = row[g:]
-            for _ in range(g):
-                insort(keep, end_ts)
-            self.free_at[idx] = keep
-            self._version[idx] += 1
-            v = self._version[idx]
-            for size, h in self._heaps.items():
-                heapq.heappush(h, (keep[size - 1], idx, v))
+        """Reserve the placement's GPUs from its start until end_ts."""
+        for i, g in zip(placement.nodes, placement.gpus_each, strict=True):
+            self.adjust(i, placement.start_ts, end_ts, -g)
 
-    def release(self, placement: Placement, end_ts: float, now_ts: float) -> None:
-        """A job ended (or left) before end_ts: give back the slots that still hold end_ts."""
-        for idx, g in zip(placement.nodes, placement.gpus_each, strict=True):
-            row = self.free_at[idx]
-            changed = 0
-            for j in range(len(row) - 1, -1, -1):
-                if changed == g:
-                    break
-                if row[j] == end_ts:
-                    row[j] = now_ts
-                    changed += 1
-            if changed:
-                row.sort()
-                self._version[idx] += 1
-                v = self._version[idx]
-                for size, h in self._heaps.items():
-                    heapq.heappush(h, (row[size - 1], idx, v))
+    def retime(self, placement: Placement, old_end: float, new_end: float) -> None:
+        """A reservation ends at new_end instead of old_end (earlier: GPUs free up)."""
+        for i, g in zip(placement.nodes, placement.gpus_each, strict=True):
+            if new_end < old_end:
+                self.adjust(i, new_end, old_end, g)
+            else:
+                self.adjust(i, old_end, new_end, -g)
+
+    def forget_before(self, now_ts: float) -> None:
+        """Drop steps that ended before now, keeping the lists short in long replays."""
+        for i in range(len(self.cap)):
+            times, free = self.times[i], self.free[i]
+            k = bisect_right(times, now_ts) - 1
+            if k > 0:
+                del times[:k]
+                del free[:k]

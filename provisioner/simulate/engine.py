@@ -1,0 +1,520 @@
+"""Event-driven trace replay: one on-prem cluster, one burst policy, the real planner.
+
+The on-prem cluster is the planner's slot model (see plan/profile.py) with the jobs' true
+runtimes: FIFO list scheduling with gang placement, no preemption. With `--estimate exact` the
+planner sees the same runtimes, so its predictions are exact; with `--estimate none` it sees no
+runtimes and plans on its own estimated view of the cluster, while the world runs on the truth:
+a job kept on-prem that has not started when its waiting budget runs out bursts then (timeout).
+
+Cloud nodes boot for `boot_s`, are billed per second from request to the end of their last job
+(60 s minimum), and go away when their jobs end. Spot nodes may be interrupted (optional): the
+job loses `rework_fraction` of its progress and resumes on on-demand capacity.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Literal
+
+from provisioner.config.models import Policy, PoolPolicy
+from provisioner.domain.jobs import Job
+from provisioner.domain.offers import CapacityType
+from provisioner.domain.snapshot import ClusterSnapshot
+from provisioner.plan.backoff import Backoff
+from provisioner.plan.catalog import Catalog
+from provisioner.plan.planner import plan
+from provisioner.plan.profile import OnPremProfile, Placement
+from provisioner.plan.ranking import Candidate, candidates_for, rank
+from provisioner.simulate.trace import TraceJob
+
+Estimate = Literal["exact", "none"]
+BILLING_MIN_S = 60.0
+UNLIMITED_NODES = 10**9
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    onprem_gpus: int
+    gpus_per_node: int = 8
+    boot_s: float = 300.0
+    estimate: Estimate = "exact"
+    spot_interruptions: bool = False
+    seed: int = 7
+    billing_min_s: float = BILLING_MIN_S
+
+
+@dataclass
+class SimResult:
+    policy: str
+    jobs: int
+    cloud_cost_usd: Decimal
+    cloud_gpu_hours: float
+    onprem_gpu_utilization: float
+    avg_jct_s: float
+    avg_wait_s: float
+    p95_wait_s: float
+    p99_wait_s: float
+    max_wait_s: float
+    burst_fraction: float
+    wall_s: float = 0.0
+    onprem_gpu_hours: float = 0.0
+    onprem_gpu_hours_after_last_arrival: float = 0.0
+    timeouts: int = 0
+    spot_interruptions: int = 0
+    demand_series: list[tuple[float, float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "policy": self.policy,
+            "jobs": self.jobs,
+            "cloud_cost_usd": float(round(self.cloud_cost_usd, 2)),
+            "cloud_gpu_hours": round(self.cloud_gpu_hours, 1),
+            "onprem_gpu_utilization": round(self.onprem_gpu_utilization, 4),
+            "avg_jct_s": round(self.avg_jct_s, 1),
+            "avg_wait_s": round(self.avg_wait_s, 1),
+            "p95_wait_s": round(self.p95_wait_s, 1),
+            "p99_wait_s": round(self.p99_wait_s, 1),
+            "max_wait_s": round(self.max_wait_s, 1),
+            "burst_fraction": round(self.burst_fraction, 4),
+            "wall_s": round(self.wall_s, 3),
+            "onprem_gpu_hours": round(self.onprem_gpu_hours, 1),
+            "onprem_gpu_hours_after_last_arrival": round(
+                self.onprem_gpu_hours_after_last_arrival, 1
+            ),
+            "timeouts": self.timeouts,
+            "spot_interruptions": self.spot_interruptions,
+        }
+
+
+def sim_pools(catalog: Catalog, policy: Policy, boot_s: float) -> list[PoolPolicy]:
+    """Unlimited pools over every cloud and region of the catalog, for what-if replays."""
+    pools = []
+    for cloud in sorted({o.cloud for o in catalog}):
+        regions = sorted({o.region for o in catalog if o.cloud == cloud})
+        pools.append(
+            PoolPolicy(
+                name=f"sim-{cloud}",
+                cloud=cloud,  # type: ignore[arg-type]
+                regions=regions,
+                gpu_model=policy.onprem.gpu_model,
+                capacity="any",
+                max_nodes=UNLIMITED_NODES,
+                boot_seconds=boot_s,
+            )
+        )
+    return pools
+
+
+def flat_catalog(price_per_gpu_hour: Decimal, gpu_model: str, sizes: Sequence[int]) -> Catalog:
+    """One on-demand price per GPU-hour, any size: per-GPU-second billing, no spot."""
+    from provisioner.domain.offers import Offer
+
+    offers = tuple(
+        Offer(
+            cloud="sim",
+            region="flat",
+            instance_type=f"gpu-x{g}",
+            gpu_model=gpu_model,
+            gpus_per_node=g,
+            gpu_mem_gb=None,
+            vcpus=0,
+            mem_gb=0.0,
+            ondemand_usd_hr=price_per_gpu_hour * g,
+        )
+        for g in sorted(set(sizes))
+    )
+    return Catalog(offers, source=f"flat ${price_per_gpu_hour}/GPU-h")
+
+
+class _Cloud:
+    """Bills cloud nodes and tracks when jobs on them start and end."""
+
+    def __init__(
+        self, risk_seed: int, interruptions: bool, policy: Policy, billing_min_s: float
+    ) -> None:
+        self.billing_min_s = billing_min_s
+        self.cost = Decimal(0)
+        self.gpu_seconds = 0.0
+        self.rng = random.Random(risk_seed)
+        self.interruptions = interruptions
+        self.spot = policy.spot
+        self.interrupted = 0
+
+    def bill(self, cand: Candidate, seconds: float) -> None:
+        secs = max(self.billing_min_s, seconds)
+        self.cost += cand.usd_hr * Decimal(repr(round(secs, 3))) / Decimal(3600)
+        self.gpu_seconds += cand.gpus_per_node * cand.nodes * secs
+
+    def run(
+        self,
+        cand: Candidate,
+        requested_at: float,
+        durations: Sequence[float],
+        fallback: Callable[[], Candidate],
+    ) -> list[float]:
+        """Run jobs packed on one node group from `requested_at`; return each job's end."""
+        ready = requested_at + cand.boot_s
+        longest = max(durations)
+        if self.interruptions and cand.key.capacity is CapacityType.SPOT:
+            rate = cand.interruption_pct / 100.0 / (self.spot.reference_hours * 3600.0)
+            t_int = self.rng.expovariate(rate) if rate > 0 else math.inf
+            if t_int < longest:
+                self.interrupted += 1
+                self.bill(cand, cand.boot_s + t_int)
+                od = fallback()
+                ends = []
+                kept = t_int * (1.0 - self.spot.rework_fraction)
+                rest = [max(0.0, d - kept) if d > t_int else 0.0 for d in durations]
+                again = ready + t_int
+                if max(rest) > 0:
+                    self.bill(od, od.boot_s + max(rest))
+                for d, r in zip(durations, rest, strict=True):
+                    ends.append(ready + d if r == 0.0 else again + od.boot_s + r)
+                return ends
+        self.bill(cand, cand.boot_s + longest)
+        return [ready + d for d in durations]
+
+
+class Simulation:
+    def __init__(
+        self,
+        jobs: Sequence[TraceJob],
+        settings: SimSettings,
+        policy: Policy,
+        catalog: Catalog,
+        policy_name: str,
+    ) -> None:
+        self.jobs = jobs
+        self.s = settings
+        self.catalog = catalog
+        pools = sim_pools(catalog, policy, settings.boot_s)
+        self.policy = policy.model_copy(update={"pools": pools})
+        self.name = policy_name
+        self.kind, self.fixed_wait = _parse_policy(policy_name)
+        nodes = max(1, math.ceil(settings.onprem_gpus / settings.gpus_per_node))
+        caps = [settings.gpus_per_node] * nodes
+        # A GPU count that is not a multiple of the node size leaves the last node partial.
+        caps[-1] -= nodes * settings.gpus_per_node - settings.onprem_gpus
+        self.true = OnPremProfile(caps, 0.0, settings.gpus_per_node)
+        # The planner's view when it knows no runtimes; the same object when it does.
+        self.view = self.true if settings.estimate == "exact" else self.true.copy()
+        self.cloud = _Cloud(
+            settings.seed, settings.spot_interruptions, self.policy, settings.billing_min_s
+        )
+        self.wait = [0.0] * len(jobs)
+        self.jct = [0.0] * len(jobs)
+        self.in_cloud = [False] * len(jobs)
+        self.onprem_runs: list[tuple[float, float, int]] = []
+        self.timeouts = 0
+        # (when, seq, placement in the planner's view, slot value held there, true end)
+        self.events: list[tuple[float, int, Placement, float, float]] = []
+        self._seq = 0
+        self._od_cache: dict[int, Candidate] = {}
+        self._trimmed = 0.0
+        self._rank_memo: dict[tuple[int, int], list[Candidate]] = {}
+        self._cand_memo: dict[tuple[str, object, int], Candidate] = {}
+        wp = self.policy.waiting.for_job("onprem", "")
+        self._fallback_rt = wp.default_runtime_s or self.policy.onprem.fallback_runtime_s
+
+    # ---- offers ----------------------------------------------------------------------------
+
+    def _cheapest_on_demand(self, gpus: int) -> Candidate:
+        hit = self._od_cache.get(gpus)
+        if hit is None:
+            cands = candidates_for(
+                gpus,
+                self.policy.onprem.gpu_model,
+                self.policy.pools,
+                self.catalog,
+                (CapacityType.ON_DEMAND,),
+                self.policy.spot,
+            )
+            if not cands:
+                raise ValueError(
+                    f"no on-demand {self.policy.onprem.gpu_model} offer holds {gpus} GPUs"
+                )
+            hit = rank(cands, 3600.0, self.policy.spot)[0]
+            self._od_cache[gpus] = hit
+        return hit
+
+    # ---- outcomes --------------------------------------------------------------------------
+
+    def _onprem(self, i: int, job: TraceJob, place: Placement) -> None:
+        end = place.start_ts + job.duration_s
+        self.true.commit(place, end)
+        self.wait[i] = place.start_ts - job.submit_s
+        self.jct[i] = end - job.submit_s
+        self.onprem_runs.append((place.start_ts, end, job.gpus))
+
+    def _burst(self, idxs: Sequence[int], cand: Candidate, at: float) -> None:
+        durations = [self.jobs[i].duration_s for i in idxs]
+        ends = self.cloud.run(
+            cand, at, durations, lambda: self._cheapest_on_demand(self.jobs[idxs[0]].gpus)
+        )
+        ready = at + cand.boot_s
+        for i, end in zip(idxs, ends, strict=True):
+            job = self.jobs[i]
+            self.in_cloud[i] = True
+            self.wait[i] = ready - job.submit_s
+            self.jct[i] = end - job.submit_s
+
+    def _watch(self, place: Placement, held: float, true_end: float) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (min(held, true_end), self._seq, place, held, true_end))
+
+    def _drain_events(self, until: float, rerun_s: float) -> None:
+        """Planner-view updates in `--estimate none` runs: ends and timeouts become known."""
+        ev = self.events
+        while ev and ev[0][0] <= until:
+            when, _, place, held, true_end = heapq.heappop(ev)
+            if true_end <= when:  # the job ended (or left the queue): its slots free up now
+                self.view.retime(place, held, when)
+            else:
+                # Its estimate ran out but it still runs. Runtimes are heavy-tailed, so expect
+                # it to run about as long again as it has so far (and at least rerun_s).
+                more = max(rerun_s, when - place.start_ts)
+                self.view.retime(place, held, when + more)
+                self._watch(place, when + more, true_end)
+
+    # ---- policies --------------------------------------------------------------------------
+
+    def _baseline(self, i: int, job: TraceJob) -> None:
+        now = job.submit_s
+        place = self.true.earliest(job.gpus, now, job.duration_s)
+        if self.kind == "never":
+            assert place is not None, f"job {job.job_id} needs more GPUs than on-prem has"
+            self._onprem(i, job, place)
+            return
+        if self.kind == "immediate":
+            limit = 0.0
+        elif self.kind == "fixed-wait":
+            limit = self.fixed_wait
+        else:  # budget-timeout: the default budget, but waiting it out instead of predicting
+            known = job.duration_s if self.s.estimate == "exact" else None
+            limit = self._budget(job, known)
+        if place is not None and place.start_ts - now <= limit:
+            self._onprem(i, job, place)
+            return
+        if limit > 0:
+            self.timeouts += 1
+        self._burst([i], self._cheapest_on_demand(job.gpus), now + limit)
+
+    def _planned(self, batch: Sequence[int], now: float) -> None:
+        exact = self.s.estimate == "exact"
+        snap = ClusterSnapshot(
+            taken_ts=now,
+            jobs=tuple(
+                Job(
+                    job_id=f"{i:09d}",
+                    gpus=self.jobs[i].gpus,
+                    submit_ts=self.jobs[i].submit_s,
+                    account=self.jobs[i].group,
+                    expected_runtime_s=self.jobs[i].duration_s if exact else None,
+                )
+                for i in batch
+            ),
+        )
+        result = plan(snap, self.policy, self.catalog, Backoff(), now, onprem=self.view)
+        burst: set[int] = set()
+        for action in result.scale_ups:
+            idxs = [int(j) for j in action.job_ids]
+            burst.update(idxs)
+            cand = self._candidate_of(action.pool, action.offer, self.jobs[idxs[0]].gpus)
+            self._burst(idxs, cand, now)
+        self.policy.waiting.for_job("onprem", "")
+        fallback_rt = self._fallback_rt
+        for i in batch:
+            if i in burst:
+                continue
+            job = self.jobs[i]
+            place = self.true.earliest(job.gpus, now, job.duration_s)
+            assert place is not None
+            if exact:
+                self._onprem(i, job, place)
+                continue
+            # The planner kept the job on-prem from its own (runtime-blind) view.
+            vplace = self.view.earliest(job.gpus, now, fallback_rt)
+            assert vplace is not None
+            vend = vplace.start_ts + fallback_rt
+            self.view.commit(vplace, vend)
+            deadline = job.submit_s + self._budget(job, None)
+            if place.start_ts <= deadline:
+                self._onprem(i, job, place)
+                self._watch(vplace, vend, place.start_ts + job.duration_s)
+            else:
+                self.timeouts += 1
+                self._watch(vplace, vend, deadline)
+                self._burst([i], self._best_now(job), deadline)
+
+    def _budget(self, job: TraceJob, known_runtime: float | None) -> float:
+        """The default policy's waiting budget for a job (the planner computes the same)."""
+        wp = self.policy.waiting.for_job("onprem", "")
+        runtime = known_runtime if known_runtime is not None else self._fallback_rt
+        key = (job.gpus, int(math.log2(runtime + 1.0)))
+        cands = self._rank_memo.get(key)
+        if cands is None:
+            caps = (
+                (CapacityType.ON_DEMAND, CapacityType.SPOT)
+                if wp.spot_allowed
+                else (CapacityType.ON_DEMAND,)
+            )
+            cands = rank(
+                candidates_for(
+                    job.gpus,
+                    self.policy.onprem.gpu_model,
+                    self.policy.pools,
+                    self.catalog,
+                    caps,
+                    self.policy.spot,
+                ),
+                runtime,
+                self.policy.spot,
+            )
+            self._rank_memo[key] = cands
+        cheapest = cands[0].expected_cost(runtime, self.policy.spot) if cands else None
+        return wp.budget_s(job.gpus, known_runtime, cheapest)
+
+    def _best_now(self, job: TraceJob) -> Candidate:
+        wp = self.policy.waiting.for_job("onprem", "")
+        caps = (
+            (CapacityType.ON_DEMAND, CapacityType.SPOT)
+            if wp.spot_allowed
+            else (CapacityType.ON_DEMAND,)
+        )
+        cands = candidates_for(
+            job.gpus,
+            self.policy.onprem.gpu_model,
+            self.policy.pools,
+            self.catalog,
+            caps,
+            self.policy.spot,
+        )
+        rt = wp.default_runtime_s or self.policy.onprem.fallback_runtime_s
+        return rank(cands, rt, self.policy.spot)[0]
+
+    def _candidate_of(self, pool: str, key: object, gpus: int) -> Candidate:
+        memo = (pool, key, gpus)
+        hit = self._cand_memo.get(memo)
+        if hit is None:
+            hit = self._find_candidate(pool, key, gpus)
+            self._cand_memo[memo] = hit
+        return hit
+
+    def _find_candidate(self, pool: str, key: object, gpus: int) -> Candidate:
+        cands = candidates_for(
+            gpus,
+            self.policy.onprem.gpu_model,
+            [self.policy.pool(pool)],
+            self.catalog,
+            (CapacityType.ON_DEMAND, CapacityType.SPOT),
+            self.policy.spot,
+        )
+        for c in cands:
+            if c.key == key:
+                return c
+        raise LookupError(f"planned offer {key} not in catalog")
+
+    # ---- run -------------------------------------------------------------------------------
+
+    def run(self, tick: Callable[[int], None] | None = None) -> SimResult:
+        import time
+
+        t0 = time.perf_counter()
+        jobs = self.jobs
+        n = len(jobs)
+        i = 0
+        while i < n:
+            now = jobs[i].submit_s
+            j = i
+            while j < n and jobs[j].submit_s == now:
+                j += 1
+            if self.kind == "default":
+                if self.events:
+                    self._drain_events(now, self._fallback_rt)
+                self._planned(range(i, j), now)
+            else:
+                for k in range(i, j):
+                    self._baseline(k, jobs[k])
+            if tick is not None:
+                tick(j - i)
+            if now - self._trimmed > 3600.0:
+                self.true.forget_before(now)
+                if self.view is not self.true:
+                    self.view.forget_before(now)
+                self._trimmed = now
+            i = j
+        return self._result(time.perf_counter() - t0)
+
+    def _result(self, wall: float) -> SimResult:
+        jobs = self.jobs
+        n = len(jobs)
+        waits = sorted(self.wait)
+        first = jobs[0].submit_s if jobs else 0.0
+        last = jobs[-1].submit_s if jobs else 0.0
+        window = max(1.0, last - first)
+        inside = after = total = 0.0
+        for start, end, gpus in self.onprem_runs:
+            total += (end - start) * gpus
+            inside += max(0.0, min(end, last) - max(start, first)) * gpus
+            after += max(0.0, end - max(start, last)) * gpus
+
+        def pct(q: float) -> float:
+            if not waits:
+                return 0.0
+            return waits[min(n - 1, math.ceil(q * n) - 1)]
+
+        return SimResult(
+            policy=self.name,
+            jobs=n,
+            cloud_cost_usd=self.cloud.cost,
+            cloud_gpu_hours=self.cloud.gpu_seconds / 3600.0,
+            onprem_gpu_utilization=inside / (self.s.onprem_gpus * window),
+            avg_jct_s=sum(self.jct) / n if n else 0.0,
+            avg_wait_s=sum(self.wait) / n if n else 0.0,
+            p95_wait_s=pct(0.95),
+            p99_wait_s=pct(0.99),
+            max_wait_s=waits[-1] if waits else 0.0,
+            burst_fraction=sum(self.in_cloud) / n if n else 0.0,
+            wall_s=wall,
+            onprem_gpu_hours=total / 3600.0,
+            onprem_gpu_hours_after_last_arrival=after / 3600.0,
+            timeouts=self.timeouts,
+            spot_interruptions=self.cloud.interrupted,
+        )
+
+
+POLICY_KINDS = ("default", "never", "immediate", "fixed-wait", "budget-timeout")
+
+
+def _parse_policy(name: str) -> tuple[str, float]:
+    if name.startswith("fixed-wait:"):
+        raw = name.split(":", 1)[1]
+        try:
+            secs = float(raw)
+        except ValueError:
+            raise ValueError(f"policy {name!r}: SECONDS must be a number") from None
+        if secs < 0:
+            raise ValueError(f"policy {name!r}: SECONDS must be >= 0")
+        return "fixed-wait", secs
+    if name in POLICY_KINDS and name != "fixed-wait":
+        return name, 0.0
+    raise ValueError(
+        f"unknown policy {name!r}: use default, never, immediate, budget-timeout "
+        "or fixed-wait:SECONDS"
+    )
+
+
+def simulate(
+    jobs: Sequence[TraceJob],
+    settings: SimSettings,
+    policy: Policy,
+    catalog: Catalog,
+    policy_name: str,
+    tick: Callable[[int], None] | None = None,
+) -> SimResult:
+    return Simulation(jobs, settings, policy, catalog, policy_name).run(tick)

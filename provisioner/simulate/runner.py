@@ -1,0 +1,154 @@
+"""Runs several policies over one trace, prints the comparison, writes JSON and a plot."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from provisioner.domain.errors import InputError
+from provisioner.simulate.engine import SimResult, SimSettings, _parse_policy, flat_catalog
+
+
+@dataclass(frozen=True)
+class SimulationRequest:
+    trace: Path
+    onprem_gpus: int
+    gpus_per_node: int
+    policies: tuple[str, ...]
+    catalog: Path | None
+    price_per_gpu_hour: float | None
+    boot_seconds: float
+    estimate: str
+    policy_path: Path
+    spot_interruptions: bool = False
+    seed: int = 7
+    json_out: Path | None = None
+    plot: Path | None = None
+    progress: bool = True
+
+
+def _check(req: SimulationRequest) -> None:
+    if req.onprem_gpus < 0:
+        raise InputError("--onprem-gpus: must be >= 0")
+    if req.gpus_per_node < 1:
+        raise InputError("--gpus-per-node: must be >= 1")
+    if req.boot_seconds < 0:
+        raise InputError("--boot-seconds: must be >= 0")
+    if req.estimate not in ("exact", "none"):
+        raise InputError(f"--estimate: must be exact or none, got {req.estimate!r}")
+    if req.price_per_gpu_hour is not None and req.price_per_gpu_hour <= 0:
+        raise InputError("--price-per-gpu-hour: must be > 0")
+    for p in req.policies:
+        try:
+            _parse_policy(p)
+        except ValueError as exc:
+            raise InputError(f"--policy: {exc}") from None
+
+
+def run_simulations(req: SimulationRequest) -> list[SimResult]:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from provisioner.config import load_policy
+    from provisioner.plan.catalog import load_catalog
+    from provisioner.simulate.engine import simulate
+    from provisioner.simulate.trace import load_trace
+
+    _check(req)
+    policy = load_policy(req.policy_path)
+    jobs = load_trace(req.trace)
+    if not jobs:
+        raise InputError(f"{req.trace}: no jobs")
+    if req.price_per_gpu_hour is not None:
+        catalog = flat_catalog(
+            Decimal(repr(req.price_per_gpu_hour)),
+            policy.onprem.gpu_model,
+            sorted({j.gpus for j in jobs}),
+        )
+    else:
+        catalog = load_catalog(req.catalog)
+    settings = SimSettings(
+        onprem_gpus=req.onprem_gpus,
+        gpus_per_node=req.gpus_per_node,
+        boot_s=req.boot_seconds,
+        estimate=req.estimate,  # type: ignore[arg-type]
+        spot_interruptions=req.spot_interruptions,
+        seed=req.seed,
+        # The published model bills per GPU-second with no minimum; clouds bill 60 s at least.
+        billing_min_s=0.0 if req.price_per_gpu_hour is not None else 60.0,
+    )
+    console = Console(stderr=True)
+    results: list[SimResult] = []
+    for name in req.policies:
+        with Progress(
+            TextColumn(f"[bold]{name:>16}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} jobs"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not req.progress,
+            transient=True,
+        ) as bar:
+            task = bar.add_task(name, total=len(jobs))
+            results.append(
+                simulate(
+                    jobs,
+                    settings,
+                    policy,
+                    catalog,
+                    name,
+                    tick=lambda k, t=task: bar.advance(t, k),  # type: ignore[misc]
+                )
+            )
+    print_table(results, req, catalog.source, len(jobs))
+    if req.json_out is not None:
+        req.json_out.parent.mkdir(parents=True, exist_ok=True)
+        req.json_out.write_text(json.dumps([r.to_dict() for r in results], indent=2) + "\n")
+    if req.plot is not None:
+        from provisioner.simulate.plot import plot_results
+
+        plot_results(results, jobs, req.plot)
+    return results
+
+
+def print_table(results: list[SimResult], req: SimulationRequest, source: str, n: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(
+        title=(
+            f"{n} jobs, {req.onprem_gpus} on-prem GPUs ({req.gpus_per_node}/node), "
+            f"boot {req.boot_seconds:.0f}s, estimate {req.estimate}, prices: {source}"
+        )
+    )
+    for col in (
+        "policy",
+        "cloud $",
+        "cloud GPU-h",
+        "on-prem util",
+        "avg JCT s",
+        "avg wait s",
+        "p95 wait s",
+        "p99 wait s",
+        "max wait s",
+        "burst %",
+        "wall s",
+    ):
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(
+            r.policy,
+            f"{r.cloud_cost_usd:,.0f}",
+            f"{r.cloud_gpu_hours:,.0f}",
+            f"{r.onprem_gpu_utilization:.1%}",
+            f"{r.avg_jct_s:,.0f}",
+            f"{r.avg_wait_s:,.0f}",
+            f"{r.p95_wait_s:,.0f}",
+            f"{r.p99_wait_s:,.0f}",
+            f"{r.max_wait_s:,.0f}",
+            f"{r.burst_fraction:.1%}",
+            f"{r.wall_s:.1f}",
+        )
+    Console(width=max(150, Console().width)).print(t)
