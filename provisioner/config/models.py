@@ -100,6 +100,8 @@ class PoolPolicy(Strict):
     partition: str = "cloud"
     workload: Literal["batch", "interactive", "inference"] = "batch"
     team: str = ""
+    # Boot image of the burst nodes (AMI id or GCE image); "" takes node.images from policy.
+    image: str = ""
 
     @model_validator(mode="after")
     def _needs_gpu_selector(self) -> PoolPolicy:
@@ -141,6 +143,29 @@ class SpotRisk(Strict):
     rework_fraction: float = Field(default=0.5, ge=0, le=1)
 
 
+class Health(Strict):
+    """GPU health alert thresholds (NVML agent samples)."""
+
+    temperature_warn_c: float = 85.0
+    temperature_critical_c: float = 95.0
+    ecc_dbe_volatile_max: int = Field(default=0, ge=0)
+    xid_critical: list[int] = Field(default_factory=lambda: [48, 63, 64, 74, 79, 92, 94, 95])
+    xid_ignore: list[int] = Field(default_factory=lambda: [13, 31, 43, 45])
+    idle_mem_used_mib: float | None = Field(default=None, ge=0)
+    # Whether GPUs that Slurm shows allocated but NVML shows idle count as busy in wait
+    # predictions (they do: the scheduler will not hand them out), or as free (optimistic).
+    allocated_idle_counts_busy: bool = True
+
+
+class NodeBootstrap(Strict):
+    """How burst nodes find the controller and boot (rendered into cloud-init)."""
+
+    controller_host: str = "slurmctld.internal"
+    munge_key_command: str = "cat /etc/munge/munge.key"
+    images: dict[str, str] = Field(default_factory=dict)  # "aws" or "aws/us-east-1" -> image
+    gcp_project: str = ""
+
+
 class Policy(Strict):
     controller: str = Field(default="burst-ctl", pattern=r"^[a-z][a-z0-9-]{1,40}$")
     onprem: OnPrem = OnPrem()
@@ -149,6 +174,8 @@ class Policy(Strict):
     budgets: Budgets = Budgets()
     guardrails: Guardrails = Guardrails()
     spot: SpotRisk = SpotRisk()
+    health: Health = Health()
+    node: NodeBootstrap = NodeBootstrap()
 
     @field_validator("pools")
     @classmethod
