@@ -7,10 +7,20 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 SLURM_DIR ?= $(CURDIR)/.slurm
 export SLURM_DIR
 
-.PHONY: venv run simulate test test-unit lint typecheck bench slurm-up slurm-down \
+.PHONY: venv focus-venv run simulate test test-unit lint typecheck bench slurm-up slurm-down \
         localstack-up localstack-down iac-review clean
 
 venv: $(STAMP)
+
+# focus-validator 1.0.0 (the last release for Python 3.11) pins numpy<2: it gets its own venv.
+FOCUS_STAMP := .venv-focus/.installed-1.0.0
+focus-venv: $(FOCUS_STAMP)
+
+$(FOCUS_STAMP):
+	test -x .venv-focus/bin/python || $(PY) -m venv .venv-focus
+	.venv-focus/bin/pip install -q --upgrade pip
+	.venv-focus/bin/pip install -q focus-validator==1.0.0 'multimethod<2'
+	touch $@
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -27,8 +37,8 @@ simulate: venv
 	    --policy immediate --policy fixed-wait:3600
 
 # All tests, the ones that need real parts included: starts the local Slurm cluster first.
-test: venv slurm-up
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+test: venv focus-venv slurm-up
+	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-unit: venv
 	$(BIN)/python -m pytest -q -m "not slurm and not e2e" $(PYTEST_ARGS)

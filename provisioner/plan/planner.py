@@ -253,9 +253,11 @@ class _Planner:
                 cheapest = ranked[0].expected_cost(runtime, self.policy.spot) if ranked else None
                 budget = wp.budget_s(job.gpus, job.runtime_estimate_s, cheapest)
                 stay = False if urgent else start - job.submit_ts <= budget
+            waited_for_boot = False
             if not stay and not urgent and placement is not None:
                 boot = ranked[0].boot_s if ranked else INF
                 if start - now <= boot:
+                    waited_for_boot = True
                     self._decide(
                         ReasonCode.WAIT_FASTER_THAN_BOOT,
                         (job.job_id,),
@@ -267,7 +269,7 @@ class _Planner:
             if stay and placement is not None:
                 prof.commit(placement, start + runtime)
                 self.predicted[job.job_id] = start
-                if not (urgent or start - now <= 0):
+                if not (urgent or waited_for_boot or start - now <= 0):
                     self._decide(
                         ReasonCode.WAIT_WITHIN_BUDGET,
                         (job.job_id,),

@@ -15,7 +15,10 @@ from provisioner.plan.matching import OfferRequest, offer_fits
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """One way to run a job in the cloud: an offer bought as some capacity, through a pool."""
+    """One way to run a job in the cloud: an offer bought as some capacity, through a pool.
+
+    `gpus_per_node` is what each node has (and is billed for), which may exceed what the job
+    uses: the planner packs other jobs into the rest."""
 
     pool: str
     key: OfferKey
@@ -100,7 +103,7 @@ def candidates_for(
                         key=offer.key(cap),
                         offer=offer,
                         nodes=nodes,
-                        gpus_per_node=need_per_node,
+                        gpus_per_node=per_node,
                         usd_hr_per_node=price,
                         boot_s=pool.boot_seconds,
                         interruption_pct=pct,

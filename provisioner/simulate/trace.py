@@ -45,10 +45,10 @@ def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
                 jobs.append(_row(row, p, line))
                 if limit is not None and len(jobs) >= limit:
                     break
-    except OSError as exc:
-        raise InputError(f"{p}: cannot read trace ({exc.strerror or exc})") from None
     except (EOFError, gzip.BadGzipFile) as exc:
         raise InputError(f"{p}: corrupt gzip file ({exc})") from None
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read trace ({exc.strerror or exc})") from None
     jobs.sort(key=lambda j: (j.submit_s, j.job_id))
     return jobs
 

@@ -1,0 +1,101 @@
+"""Policy files: strict validation, errors that name the file and the field, exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from provisioner.cli import app
+from provisioner.config import load_policy
+from provisioner.config.models import WaitPolicy
+from provisioner.domain.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_policies_load() -> None:
+    pol = load_policy(REPO / "policies")
+    assert pol.controller == "burst-ctl"
+    assert {p.name for p in pol.pools} >= {"aws-a100", "gcp-a100"}
+    assert pol.waiting.for_job("inference", "").urgent
+    assert pol.waiting.for_job("onprem", "debug").cap_s == 1800
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        (
+            "pools: [{name: a-b, cloud: azure, regions: [x], gpu_model: A100}]",
+            "pools[0].cloud",
+            "aws",
+        ),
+        ("budgets: {global_usd_per_hour: -1}", "budgets.global_usd_per_hour", "greater"),
+        (
+            "waiting: {default: {runtime_factr: 1}}",
+            "waiting.default.runtime_factr",
+            "not permitted",
+        ),
+        ("waiting: {default: {floor_s: 10, cap_s: 5}}", "waiting.default", "must not exceed"),
+        ("pools: [{name: a, cloud: aws, regions: [x]}]", "pools[0].name", "pattern"),
+        ("colour: blue", "colour", "not permitted"),
+    ],
+)
+def test_bad_policy_names_file_and_field(tmp_path: Path, text: str, field: str, words: str) -> None:
+    f = tmp_path / "burst.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_policy(f)
+    assert err.value.source == str(f)
+    assert err.value.field == field
+    assert words in err.value.message
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
+    f = tmp_path / "burst.yaml"
+    f.write_text("controller: x\npools: [\n  - {name: \n")
+    with pytest.raises(ConfigError) as err:
+        load_policy(f)
+    assert err.value.field.startswith("line ")
+
+
+def test_directory_reports_the_file_that_holds_the_mistake(tmp_path: Path) -> None:
+    (tmp_path / "burst.yaml").write_text("controller: ok-ctl\n")
+    (tmp_path / "pools.yaml").write_text(
+        "pools: [{name: p1, cloud: aws, regions: [us-east-1], gpu_model: A100, max_nodes: -2}]\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_policy(tmp_path)
+    assert err.value.source == str(tmp_path / "pools.yaml")
+    assert err.value.field == "pools[0].max_nodes"
+
+
+def test_key_set_in_two_files_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "burst.yaml").write_text("pools: []\n")
+    (tmp_path / "pools.yaml").write_text("pools: []\n")
+    with pytest.raises(ConfigError, match="already set in"):
+        load_policy(tmp_path)
+
+
+def test_cli_bad_file_exit_2_one_line_no_traceback(tmp_path: Path) -> None:
+    f = tmp_path / "burst.yaml"
+    f.write_text("budgets: {teams: {ml: {monthly_usd: lots}}}\n")
+    res = CliRunner().invoke(app, ["validate", "--policies", str(f)])
+    assert res.exit_code == 2
+    out = res.output.strip()
+    assert "Traceback" not in out
+    assert out.count("\n") == 0
+    assert str(f) in out and "budgets.teams.ml.monthly_usd" in out
+
+
+def test_wait_budget_rules() -> None:
+    compute = WaitPolicy(runtime_factor=0.1, per_gpu_s=600, floor_s=60, cap_s=7200)
+    assert compute.budget_s(2, 1000) == 200  # 0.1 * 2 * 1000
+    assert compute.budget_s(1, 10) == 60  # floor
+    assert compute.budget_s(8, 100_000) == 7200  # cap
+    assert compute.budget_s(3, None) == 1800  # no runtime: per GPU
+    cost = WaitPolicy(usd_per_wait_hour="20", per_gpu_s=600)  # type: ignore[arg-type]
+    assert cost.budget_s(1, 3600, cloud_cost_usd=10.0) == 1800  # $10 saved = half an hour
+    assert cost.budget_s(1, None, cloud_cost_usd=10.0) == 600  # unknown runtime: per GPU
+    assert WaitPolicy(urgent=True).budget_s(8, 1e6, 1e6) == 0

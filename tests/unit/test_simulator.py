@@ -1,0 +1,179 @@
+"""The simulator on tiny traces whose outcome is worked out by hand.
+
+Cluster: one node of 8 GPUs; flat $1 per GPU-hour; boot 0 s unless said otherwise.
+Trace: j1 and j2 take the whole node for 1 h from t=0; j3 (1 GPU, 10,000 s) comes at t=100.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from provisioner.cli import app
+from provisioner.config.loader import policy_from_mapping
+from provisioner.domain.errors import InputError
+from provisioner.simulate.engine import SimSettings, flat_catalog, simulate
+from provisioner.simulate.trace import TraceJob, load_trace
+
+TRACE = [
+    TraceJob("j1", 0.0, 3600.0, 8),
+    TraceJob("j2", 0.0, 3600.0, 8),
+    TraceJob("j3", 100.0, 10_000.0, 1),
+]
+CAT = flat_catalog(Decimal("1"), "A100", [1, 8])
+
+
+def pol(**wait):
+    return policy_from_mapping(
+        {"onprem": {"gpu_model": "A100", "gpus_per_node": 8}, "waiting": {"default": wait}},
+        "test",
+    )
+
+
+def run(name: str, policy=None, estimate: str = "exact", boot: float = 0.0):
+    settings = SimSettings(
+        onprem_gpus=8, gpus_per_node=8, boot_s=boot, estimate=estimate, billing_min_s=0.0
+    )
+    return simulate(TRACE, settings, policy or pol(runtime_factor=0.5), CAT, name)
+
+
+def test_never_queues_everything_on_prem() -> None:
+    r = run("never")
+    # j2 waits for j1 (3600 s); j3 cannot slip in before j2 ends at 7200 (it runs 10,000 s)
+    assert r.cloud_cost_usd == 0
+    assert r.avg_wait_s == pytest.approx((0 + 3600 + 7100) / 3)
+    assert r.max_wait_s == 7100
+    assert r.avg_jct_s == pytest.approx((3600 + 7200 + 17100) / 3)
+
+
+def test_immediate_bursts_whatever_cannot_start() -> None:
+    r = run("immediate")
+    # j2: 8 GPU-h; j3: 10,000 GPU-s
+    assert r.cloud_gpu_hours == pytest.approx(8 + 10_000 / 3600)
+    assert float(r.cloud_cost_usd) == pytest.approx(8 + 10_000 / 3600, abs=1e-6)
+    assert r.avg_wait_s == 0 and r.burst_fraction == pytest.approx(2 / 3)
+
+
+def test_fixed_wait_times_out_after_its_limit() -> None:
+    r = run("fixed-wait:4000")
+    # j2 starts at 3600 (within 4000): on-prem; j3 would start at 7200: bursts at 100+4000
+    assert r.avg_wait_s == pytest.approx((0 + 3600 + 4000) / 3)
+    assert float(r.cloud_cost_usd) == pytest.approx(10_000 / 3600, abs=1e-6)
+    assert r.timeouts == 1
+
+
+def test_default_decides_at_arrival_from_the_prediction() -> None:
+    # budgets: j2 0.5*8*3600 = 14,400 >= 3600 waits; j3 0.5*1*10,000 = 5000 < 7100 bursts now
+    r = run("default")
+    assert r.avg_wait_s == pytest.approx((0 + 3600 + 0) / 3)
+    assert float(r.cloud_cost_usd) == pytest.approx(10_000 / 3600, abs=1e-6)
+    assert r.timeouts == 0
+
+
+def test_boot_time_is_waited_and_billed() -> None:
+    r = run("immediate", boot=300)
+    assert r.avg_wait_s == pytest.approx((0 + 300 + 300) / 3)
+    assert float(r.cloud_cost_usd) == pytest.approx(8 * 3900 / 3600 + 10_300 / 3600, abs=1e-6)
+
+
+def test_runtime_blind_planner_can_be_wrong_and_then_times_out() -> None:
+    # no runtimes: budget = per_gpu_s * gpus; the planner assumes 1000 s per job.
+    # j3: budget 2000; the planner's view has the node free at 2000 (predicted wait 1900):
+    # it keeps j3 on-prem, but j3 really could start only at 7200: it bursts at 100 + 2000.
+    p = pol(per_gpu_s=2000, default_runtime_s=1000)
+    r = run("default", policy=p, estimate="none")
+    assert r.timeouts == 1
+    assert r.max_wait_s == 3600  # j2 (budget 16,000) stays and waits for j1
+    assert r.avg_wait_s == pytest.approx((0 + 3600 + 2000) / 3)
+    assert float(r.cloud_cost_usd) == pytest.approx(10_000 / 3600, abs=1e-6)
+
+
+def test_unknown_policy_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown policy"):
+        run("sometimes")
+    with pytest.raises(ValueError, match="SECONDS"):
+        run("fixed-wait:soon")
+
+
+def test_trace_errors_name_file_line_and_column(tmp_path: Path) -> None:
+    f = tmp_path / "t.csv"
+    f.write_text("job_id,submit_s,duration_s,gpus\na,0,10,1\nb,5,-1,1\n")
+    with pytest.raises(InputError, match=r"t\.csv: line 3: duration_s: must be > 0"):
+        load_trace(f)
+    f.write_text("job_id,submit_s,gpus\na,0,1\n")
+    with pytest.raises(InputError, match="missing column"):
+        load_trace(f)
+    g = tmp_path / "t.csv.gz"
+    g.write_bytes(b"not gzip")
+    with pytest.raises(InputError, match="corrupt gzip"):
+        load_trace(g)
+
+
+def test_cli_simulate_writes_the_documented_json(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv.gz"
+    rows = "job_id,submit_s,duration_s,gpus,gpu_type,user,group,status\n" + "".join(
+        f"x{i},{i * 60},{600 + 37 * i},{1 + i % 3},,,g{i % 2},unknown\n" for i in range(60)
+    )
+    with gzip.open(trace, "wt") as fh:
+        fh.write(rows)
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    res = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(trace),
+            "--onprem-gpus",
+            "8",
+            "--gpus-per-node",
+            "4",
+            "--policy",
+            "default",
+            "--policy",
+            "never",
+            "--policy",
+            "immediate",
+            "--policy",
+            "fixed-wait:600",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+            "--no-progress",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert [d["policy"] for d in data] == ["default", "never", "immediate", "fixed-wait:600"]
+    keys = {
+        "policy",
+        "jobs",
+        "cloud_cost_usd",
+        "cloud_gpu_hours",
+        "onprem_gpu_utilization",
+        "avg_jct_s",
+        "avg_wait_s",
+        "p95_wait_s",
+        "p99_wait_s",
+        "max_wait_s",
+        "burst_fraction",
+        "wall_s",
+    }
+    assert all(keys <= d.keys() and d["jobs"] == 60 for d in data)
+    never = data[1]
+    assert never["cloud_cost_usd"] == 0 and never["burst_fraction"] == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_bad_simulate_arguments_exit_2(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        app, ["simulate", "--trace", str(tmp_path / "no.csv"), "--no-progress"]
+    )
+    assert res.exit_code == 2 and "cannot read trace" in res.output
+    res = CliRunner().invoke(app, ["simulate", "--policy", "maybe", "--no-progress"])
+    assert res.exit_code == 2 and "unknown policy" in res.output
