@@ -1,0 +1,147 @@
+"""`GET /v1/iac/review`: the working tree's pools reviewed against an optional git ref.
+
+`iac_router(...)` builds the router; `provisioner/api/app.py` includes it under `/v1` behind the
+viewer role (the dependency is passed by the app, so this module needs nothing of the app's auth).
+Reviews are cached by what they depend on (the policy files, the program, the pack, the base
+commit, the expected use), so repeated calls are cheap; a render takes about a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Query
+from fastapi.params import Depends
+from fastapi.responses import PlainTextResponse, Response
+
+from provisioner.config.loader import POLICY_FILES
+from provisioner.domain.errors import ConfigError, InputError
+from provisioner.iac.guard import default_policy_pack
+from provisioner.iac.sources import PROGRAM, TEMPLATE, default_infra_dir, git_root, resolve_commit
+
+
+def default_policies_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "policies"
+
+
+class _Cache:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+
+    def get(self, key: tuple[Any, ...]) -> dict[str, Any] | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is not None:
+                self._items.move_to_end(key)
+            return item
+
+    def put(self, key: tuple[Any, ...], value: dict[str, Any]) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+def _digest(paths: Sequence[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(str(p).encode())
+        try:
+            h.update(p.read_bytes())
+        except OSError:
+            h.update(b"\0missing")
+    return h.hexdigest()
+
+
+def iac_router(
+    policies_dir: Path | None = None,
+    *,
+    catalog: Path | None = None,
+    policy_pack: Path | None = None,
+    policy_config: Path | None = None,
+    dependencies: Sequence[Depends] = (),
+    cache_size: int = 8,
+) -> APIRouter:
+    """The `/iac/review` route over `policies_dir` (default: the repository's policies/)."""
+    policies = policies_dir or default_policies_dir()
+    pack = policy_pack or default_policy_pack()
+    cache = _Cache(cache_size)
+    r = APIRouter(tags=["iac"], dependencies=list(dependencies))
+
+    def _inputs() -> list[Path]:
+        files = [policies / n for n in POLICY_FILES] if policies.is_dir() else [policies]
+        infra = default_infra_dir()
+        files += [infra / PROGRAM, infra / TEMPLATE, pack / "gpu_policies.py"]
+        files += [p for p in (catalog, policy_config) if p is not None]
+        return files
+
+    @r.get(
+        "/iac/review",
+        summary="Review the declared burst pools as infrastructure code",
+        description="Renders the pools of the controller's policies/ through the Pulumi programs "
+        "(under mocks where the Pulumi CLI is absent), diffs them against `base` (a git ref; "
+        "default HEAD), prices every pool and evaluates the CrossGuard pack. The verdict is in "
+        "the body (`verdict`, `exit_code`): a failing review is still a 200.",
+        response_model=None,
+        responses={
+            200: {"content": {"application/json": {}, "text/markdown": {}}},
+            400: {"description": "the base is not a commit"},
+            422: {"description": "a policy file is invalid (file and field named)"},
+        },
+    )
+    def iac_review(
+        base: Annotated[
+            str | None,
+            Query(max_length=200, description="Git ref to compare with (default: HEAD)."),
+        ] = None,
+        format: Annotated[
+            Literal["json", "markdown"], Query(description="Report format.")
+        ] = "json",
+        expected_use: Annotated[
+            float,
+            Query(ge=0, le=1, allow_inf_nan=False, description="Default busy fraction."),
+        ] = 0.25,
+    ) -> Response | dict[str, Any]:
+        from provisioner.iac.report import to_markdown
+        from provisioner.iac.review import review_working_tree
+
+        try:
+            root = git_root(policies)
+            sha = resolve_commit(root, base or "HEAD") if root is not None else None
+            if base and sha is None:
+                raise InputError("base: the policies are not in a git work tree")
+            use = Decimal(str(expected_use))
+            key = (sha, str(use), _digest(_inputs()))
+            data = cache.get(key)
+            if data is None:
+                data = review_working_tree(
+                    policies,
+                    base_ref=sha,
+                    catalog=catalog,
+                    expected_use=use,
+                    policy_pack=pack,
+                    policy_config=policy_config,
+                ).to_dict()
+                if sha is not None:
+                    data["base"] = f"{base or 'HEAD'} ({sha[:7]})"
+                cache.put(key, data)
+        except InputError as exc:
+            raise HTTPException(400, str(exc)) from None
+        except ConfigError as exc:
+            raise HTTPException(422, str(exc)) from None
+        if format == "markdown":
+            return PlainTextResponse(to_markdown(data), media_type="text/markdown")
+        return data
+
+    return r
