@@ -102,6 +102,8 @@ class PoolPolicy(Strict):
     team: str = ""
     # Boot image of the burst nodes (AMI id or GCE image); "" takes node.images from policy.
     image: str = ""
+    # Expected busy fraction of max size, for the $/month estimate in IaC reviews.
+    expected_utilization: Decimal | None = Field(default=None, ge=0, le=1)
 
     @model_validator(mode="after")
     def _needs_gpu_selector(self) -> PoolPolicy:

@@ -65,6 +65,10 @@ def build_profile(snapshot: ClusterSnapshot, policy: Policy, now: float) -> OnPr
     return prof
 
 
+def _usd(value: float) -> Decimal:
+    return Decimal(repr(round(value, 6)))
+
+
 def _runtime(job: Job, policy: Policy) -> float:
     est = job.runtime_estimate_s
     if est is not None:
@@ -148,6 +152,9 @@ class _Planner:
         # catalog so a simulator calling plan() per event does not rank offers again each time.
         self._rank_cache = catalog.memo
         self._keepalive = catalog.memo_owners
+        self._pools_of: dict[int, frozenset[str]] = {}
+        self._pools_by_partition: dict[str, tuple[PoolPolicy, ...]] = {}
+        self._onprem_partition: dict[str, bool] = {}
         self.onprem_model = policy.onprem.gpu_model.lower()
         self.onprem_models = {self.onprem_model} | {
             m.lower() for m in policy.onprem.equivalent_gpu_models
@@ -178,23 +185,35 @@ class _Planner:
         return d
 
     def _pools_for(self, job: Job) -> tuple[PoolPolicy, ...]:
-        parts = set(job.partitions)
-        can_move = bool(parts & self.onprem_parts)
-        return tuple(p for p in self.policy.pools if p.partition in parts or can_move)
+        hit = self._pools_by_partition.get(job.partition)
+        if hit is None:
+            parts = set(job.partitions)
+            can_move = bool(parts & self.onprem_parts)
+            hit = tuple(p for p in self.policy.pools if p.partition in parts or can_move)
+            self._pools_by_partition[job.partition] = hit
+        return hit
+
+    def _runs_onprem(self, job: Job) -> bool:
+        hit = self._onprem_partition.get(job.partition)
+        if hit is None:
+            hit = bool(set(job.partitions) & self.onprem_parts)
+            self._onprem_partition[job.partition] = hit
+        return hit
 
     def _ranked(
         self, job: Job, model: str, wp: WaitPolicy, runtime: float, urgent: bool
     ) -> list[Candidate]:
-        pools = self._pools_for(job)
-        caps: tuple[CapacityType, ...] = (
-            (CapacityType.ON_DEMAND,)
-            if urgent or not wp.spot_allowed
-            else (CapacityType.ON_DEMAND, CapacityType.SPOT)
-        )
+        spot_ok = not (urgent or not wp.spot_allowed)
         bucket = int(math.log2(runtime + 1.0))
-        key = (id(self.policy), job.gpus, model, tuple(p.name for p in pools), caps, bucket)
+        key = (id(self.policy), job.gpus, model, job.partition, spot_ok, bucket)
         hit = self._rank_cache.get(key)
         if hit is None:
+            pools = self._pools_for(job)
+            caps: tuple[CapacityType, ...] = (
+                (CapacityType.ON_DEMAND, CapacityType.SPOT)
+                if spot_ok
+                else (CapacityType.ON_DEMAND,)
+            )
             cands = candidates_for(
                 job.gpus,
                 model,
@@ -208,6 +227,17 @@ class _Planner:
             self._rank_cache[key] = hit
             self._keepalive[id(self.policy)] = self.policy
         return hit
+
+    def _full_pools(self, ranked: Sequence[Candidate]) -> frozenset[str] | None:
+        """The pools of `ranked` when every one of them is at its max size, else None."""
+        pools = self._pools_of.get(id(ranked))
+        if pools is None:
+            pools = frozenset(c.pool for c in ranked)
+            self._pools_of[id(ranked)] = pools
+        for name in pools:
+            if self.pool_nodes.get(name, 0) < self.policy.pool(name).max_nodes:
+                return None
+        return pools
 
     # ---- phases --------------------------------------------------------------------------
 
@@ -241,22 +271,31 @@ class _Planner:
             runtime = _runtime(job, self.policy)
             model = (job.gpu_type or self.onprem_model).lower()
             placement: Placement | None = None
-            if model in self.onprem_models and set(job.partitions) & self.onprem_parts:
-                placement = prof.earliest(job.gpus, now, runtime)
-            start = placement.start_ts if placement is not None else INF
+            onprem_ok = model in self.onprem_models and self._runs_onprem(job)
+            if onprem_ok:
+                placement = prof.earliest(job.gpus, now, runtime, latest=now)
             urgent = wp.urgent
-            if start <= now:
-                budget = 0.0
-                stay = True
+            waited_for_boot = False
+            ranked: list[Candidate] = []
+            if placement is not None:  # starts at once
+                start, budget, stay = now, 0.0, True
             else:
                 ranked = self._ranked(job, model, wp, runtime, urgent)
                 cheapest = ranked[0].expected_cost(runtime, self.policy.spot) if ranked else None
                 budget = wp.budget_s(job.gpus, job.runtime_estimate_s, cheapest)
-                stay = False if urgent else start - job.submit_ts <= budget
-            waited_for_boot = False
-            if not stay and not urgent and placement is not None:
                 boot = ranked[0].boot_s if ranked else INF
-                if start - now <= boot:
+                # Only a start by the budget (or before a cloud node could boot) matters.
+                latest = now if urgent else max(job.submit_ts + budget, now + boot)
+                if onprem_ok:
+                    placement = prof.earliest(
+                        job.gpus, now, runtime, latest=latest, known_not_now=True
+                    )
+                # When the search stopped at `latest`, the start is only known to lie beyond it.
+                start = placement.start_ts if placement is not None else INF
+                if placement is None and onprem_ok and latest < INF:
+                    start = latest + 1.0
+                stay = start <= now if urgent else start - job.submit_ts <= budget
+                if not stay and not urgent and placement is not None and start - now <= boot:
                     waited_for_boot = True
                     self._decide(
                         ReasonCode.WAIT_FASTER_THAN_BOOT,
@@ -329,6 +368,9 @@ class _Planner:
         open_nodes: list[_OpenNode],
     ) -> None:
         groups: list[_Group] = []
+        at_max: dict[
+            tuple[int, str], tuple[tuple[Alternative, ...], list[str], str, float, float]
+        ] = {}
         planned_nodes = 0
         cap_nodes = self.policy.guardrails.max_scale_up_nodes_per_pass
         for job, wp, runtime, start, budget in bursting:
@@ -389,9 +431,27 @@ class _Planner:
             alts: list[Alternative] = []
             chosen: Candidate | None = None
             blocked: ReasonCode | None = None
-            for cand in ranked:
-                expected = Decimal(repr(round(cand.expected_cost(runtime, self.policy.spot), 6)))
+            spot = self.policy.spot
+            if self._full_pools(ranked) is not None:
+                # Every pool that could take this job is at its max size: one decision for all
+                # such jobs, instead of pricing hundreds of offers for each waiting job.
+                key = (id(ranked), team)
+                group = at_max.get(key)
+                if group is None:
+                    alts = [
+                        Alternative(
+                            c.key, c.usd_hr, _usd(c.expected_cost(runtime, spot)), False, "pool_max"
+                        )
+                        for c in ranked[:MAX_ALTERNATIVES]
+                    ]
+                    at_max[key] = (tuple(alts), [job.job_id], team, wait_s, budget)
+                else:
+                    group[1].append(job.job_id)
+                continue
+            ranked_iter: Sequence[Candidate] = ranked
+            for cand in ranked_iter:
                 why = ""
+                expected: Decimal | None = None
                 if self.backoff.blocked(cand.key, self.now):
                     why, code = "backoff", ReasonCode.BLOCKED_BACKOFF
                 elif (
@@ -402,15 +462,19 @@ class _Planner:
                 elif planned_nodes + cand.nodes > cap_nodes:
                     why, code = "pass_max", ReasonCode.BLOCKED_POOL_MAX
                 else:
+                    expected = _usd(cand.expected_cost(runtime, spot))
                     verdict = self.budget.allows(cand.usd_hr, team, expected)
                     if verdict is not None:
                         why, code = verdict.value, verdict
                 if why:
                     blocked = blocked or code
                     if len(alts) < MAX_ALTERNATIVES:
+                        if expected is None:
+                            expected = _usd(cand.expected_cost(runtime, spot))
                         alts.append(Alternative(cand.key, cand.usd_hr, expected, False, why))
                     continue
                 chosen = cand
+                assert expected is not None
                 alts.append(Alternative(cand.key, cand.usd_hr, expected, True))
                 break
             if chosen is None:
@@ -428,9 +492,9 @@ class _Planner:
             for cand in ranked[ranked.index(chosen) + 1 :]:
                 if len(alts) >= MAX_ALTERNATIVES:
                     break
-                expected = Decimal(repr(round(cand.expected_cost(runtime, self.policy.spot), 6)))
-                alts.append(Alternative(cand.key, cand.usd_hr, expected, False, "costlier"))
-            expected = Decimal(repr(round(chosen.expected_cost(runtime, self.policy.spot), 6)))
+                more = _usd(cand.expected_cost(runtime, spot))
+                alts.append(Alternative(cand.key, cand.usd_hr, more, False, "costlier"))
+            expected = _usd(chosen.expected_cost(runtime, spot))
             self.budget.spend(chosen.usd_hr, team, expected)
             self.pool_nodes[chosen.pool] = self.pool_nodes.get(chosen.pool, 0) + chosen.nodes
             planned_nodes += chosen.nodes
@@ -463,6 +527,16 @@ class _Planner:
                         job_ids=[job.job_id],
                     )
                 )
+        for alts_t, job_ids, team, wait_s, budget in at_max.values():
+            self._decide(
+                ReasonCode.BLOCKED_POOL_MAX,
+                job_ids,
+                alternatives=alts_t,
+                predicted_wait_s=wait_s,
+                wait_budget_s=budget,
+                team=team,
+                detail={"jobs": str(len(job_ids))},
+            )
         for g in groups:
             reason = ReasonCode.BURST_URGENT if g.urgent else ReasonCode.BURST_WAIT_EXCEEDS_BUDGET
             team_room = self.budget.team_headroom.get(g.team)

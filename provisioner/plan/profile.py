@@ -138,16 +138,28 @@ class OnPremProfile:
             self._heaps[g] = h
         return h
 
-    def earliest(self, gpus: int, not_before: float, duration: float) -> Placement | None:
-        """Earliest start of a job of `gpus` GPUs running `duration` s; None if it never fits."""
+    def earliest(
+        self,
+        gpus: int,
+        not_before: float,
+        duration: float,
+        latest: float = INF,
+        *,
+        known_not_now: bool = False,
+    ) -> Placement | None:
+        """Earliest start of a job of `gpus` GPUs running `duration` s; None if it never fits,
+        or (when `latest` is given) if it cannot start by then: callers that only need to know
+        whether a job starts within its budget save the search past it."""
         if gpus <= 0:
             return Placement(not_before, (), ())
         if gpus > self.gpus_per_node:
-            return self._earliest_multi(gpus, not_before, duration)
+            p = self._earliest_multi(gpus, not_before, duration)
+            return p if p is not None and p.start_ts <= latest else None
         # 1. first fit among nodes that can start it at once
-        for i in self._free_nodes(not_before):
-            if self._fit(i, gpus, duration, not_before) == not_before:
-                return Placement(not_before, (i,), (gpus,))
+        if not known_not_now:
+            for i in self._free_nodes(not_before):
+                if self._fit(i, gpus, duration, not_before) == not_before:
+                    return Placement(not_before, (i,), (gpus,))
         # 2. best start later: nodes in order of a lower bound, stop when it cannot win
         h = self._heap(gpus)
         best, best_i = INF, -1
@@ -157,7 +169,7 @@ class OnPremProfile:
             if ver != self._version[i]:
                 heapq.heappop(h)
                 continue
-            if max(bound, not_before) >= best:
+            if max(bound, not_before) >= best or bound > latest:
                 break
             stale.append(heapq.heappop(h))
             t = self._fit(i, gpus, duration, not_before)
@@ -165,9 +177,24 @@ class OnPremProfile:
                 best, best_i = t, i
         for item in stale:
             heapq.heappush(h, item)
-        if best_i < 0 or best == INF:
+        if best_i < 0 or best == INF or best > latest:
             return None
         return Placement(best, (best_i,), (gpus,))
+
+    def _nearest(self, g: int, m: int) -> list[int]:
+        """Up to m nodes in order of their lower bound for g GPUs (the heap is left intact)."""
+        h = self._heap(g)
+        taken: list[tuple[float, int, int]] = []
+        seen: set[int] = set()
+        while h and len(seen) < m:
+            item = heapq.heappop(h)
+            if item[2] != self._version[item[1]] or item[1] in seen:
+                continue
+            seen.add(item[1])
+            taken.append(item)
+        for item in taken:
+            heapq.heappush(h, item)
+        return [i for _, i, _ in taken]
 
     def _earliest_multi(self, gpus: int, not_before: float, duration: float) -> Placement | None:
         G = self.gpus_per_node
@@ -175,18 +202,16 @@ class OnPremProfile:
         need = full + (1 if rest else 0)
         if need > len(self.cap):
             return None
-        # Candidate starts: when each node could first hold a whole-node share, then the time
-        # every reservation is over. Multi-node jobs are rare, so a bounded scan is enough.
-        firsts = sorted({self._fit(i, G, duration, not_before) for i in range(len(self.cap))})
-        tail = max((t[-1] for t in self.times), default=not_before)
-        candidates = [*[t for t in firsts if t != INF][: 2 * need + 8], max(tail, not_before)]
-        for t in candidates:
-            chosen: list[int] = []
-            for i in range(len(self.cap)):
-                if len(chosen) == full:
-                    break
-                if self._fit(i, G, duration, t) == t:
-                    chosen.append(i)
+        # Multi-node jobs are rare: look at the nodes that free up soonest (all of them in a
+        # small cluster), try the times each could first hold a whole-node share, then the time
+        # all their reservations are over.
+        # First fit: among those nodes, in node order.
+        near = sorted(self._nearest(G, max(64, 4 * need + 16)))
+        near_rest = sorted(self._nearest(rest, max(64, 4 * need + 16))) if rest else []
+        firsts = sorted({self._fit(i, G, duration, not_before) for i in near} - {INF})
+        tail = max([not_before, *(self.times[i][-1] for i in near)])
+        for t in [*firsts[: 2 * need + 8], tail]:
+            chosen = [i for i in near if self._fit(i, G, duration, t) == t][:full]
             if len(chosen) < full:
                 continue
             each = [G] * full
@@ -195,7 +220,7 @@ class OnPremProfile:
                 extra = next(
                     (
                         i
-                        for i in range(len(self.cap))
+                        for i in sorted({*near_rest, *near})
                         if i not in taken and self._fit(i, rest, duration, t) == t
                     ),
                     -1,
