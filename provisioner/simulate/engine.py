@@ -473,7 +473,9 @@ class Simulation:
             jobs=n,
             cloud_cost_usd=self.cloud.cost,
             cloud_gpu_hours=self.cloud.gpu_seconds / 3600.0,
-            onprem_gpu_utilization=inside / (self.s.onprem_gpus * window),
+            onprem_gpu_utilization=inside / (self.s.onprem_gpus * window)
+            if self.s.onprem_gpus
+            else 0.0,
             avg_jct_s=sum(self.jct) / n if n else 0.0,
             avg_wait_s=sum(self.wait) / n if n else 0.0,
             p95_wait_s=pct(0.95),

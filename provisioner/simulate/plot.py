@@ -32,7 +32,9 @@ def demand_series(
     return xs, delta[:bins]
 
 
-def plot_results(results: Sequence[SimResult], jobs: Sequence[TraceJob], out: Path) -> None:
+def plot_results(
+    results: Sequence[SimResult], jobs: Sequence[TraceJob], out: Path, onprem_gpus: int = 0
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -47,10 +49,14 @@ def plot_results(results: Sequence[SimResult], jobs: Sequence[TraceJob], out: Pa
     axes[1].bar([i - 0.2 for i in x], [r.avg_wait_s / 3600 for r in results], 0.4, label="avg")
     axes[1].bar([i + 0.2 for i in x], [r.p95_wait_s / 3600 for r in results], 0.4, label="p95")
     axes[1].set_xticks(list(x), names, rotation=30)
-    axes[1].set_title("Wait (hours)")
+    axes[1].set_title("Wait (hours, log scale)")
+    axes[1].set_yscale("symlog", linthresh=0.1)
     axes[1].legend()
     xs, ys = demand_series(jobs)
-    axes[2].plot(xs, ys, lw=0.8)
+    axes[2].plot(xs, ys, lw=0.8, label="demand")
+    if onprem_gpus:
+        axes[2].axhline(onprem_gpus, color="tab:red", ls="--", lw=1, label="on-prem GPUs")
+        axes[2].legend()
     axes[2].set_title("GPU demand if all jobs started at submit")
     axes[2].set_xlabel("day")
     axes[2].set_ylabel("GPUs")

@@ -109,7 +109,7 @@ def run_simulations(req: SimulationRequest) -> list[SimResult]:
     if req.plot is not None:
         from provisioner.simulate.plot import plot_results
 
-        plot_results(results, jobs, req.plot)
+        plot_results(results, jobs, req.plot, req.onprem_gpus)
     return results
 
 

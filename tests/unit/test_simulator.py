@@ -177,3 +177,35 @@ def test_cli_bad_simulate_arguments_exit_2(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "cannot read trace" in res.output
     res = CliRunner().invoke(app, ["simulate", "--policy", "maybe", "--no-progress"])
     assert res.exit_code == 2 and "unknown policy" in res.output
+
+
+def test_spot_interruptions_cost_rework_and_time() -> None:
+    from provisioner.plan.catalog import Catalog
+    from tests.unit.helpers import offer
+
+    # one spot offer with the worst interruption bucket, one on-demand fallback
+    cat = Catalog((offer(itype="s1", gpus=1, od="10", spot="1", risk=100),))
+    p = policy_from_mapping(
+        {
+            "onprem": {"gpu_model": "A100", "gpus_per_node": 8},
+            "waiting": {"default": {"runtime_factor": 0.0}},
+            "spot": {"reference_hours": 1.0, "rework_fraction": 1.0},
+        },
+        "test",
+    )
+    jobs = [TraceJob(f"s{i}", float(i), 36_000.0, 1) for i in range(20)]
+    calm = simulate(jobs, SimSettings(onprem_gpus=0, boot_s=0.0), p, cat, "default")
+    rough = simulate(
+        jobs,
+        SimSettings(onprem_gpus=0, boot_s=0.0, spot_interruptions=True, seed=3),
+        p,
+        cat,
+        "default",
+    )
+    assert calm.spot_interruptions == 0
+    assert float(calm.cloud_cost_usd) == pytest.approx(20 * 10 * 1.0, abs=1e-6)
+    # hazard 1/h over 10 h: almost every job is interrupted, loses all progress (rework 1.0)
+    # and reruns on on-demand at $10/h
+    assert rough.spot_interruptions >= 15
+    assert rough.cloud_cost_usd > 5 * calm.cloud_cost_usd
+    assert rough.avg_jct_s > calm.avg_jct_s
