@@ -32,10 +32,13 @@ from provisioner.account.reports import (
 from provisioner.api import render
 from provisioner.api.auth import Principal, Role, verify_token
 from provisioner.api.metrics import ProvisionerCollector, make_registry
+from provisioner.api.telemetry_views import GpuCollector, policy_of, telemetry_router
 from provisioner.clock import Clock
+from provisioner.config.models import Policy
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.plan import Plan
 from provisioner.domain.snapshot import ClusterSnapshot
+from provisioner.observe.gpu_load import record_payload
 from provisioner.observe.gpu_telemetry import GpuTelemetry
 from provisioner.reconcile.store import Store
 
@@ -55,6 +58,8 @@ class ApiDeps:
     - `snapshot`: the latest observed `ClusterSnapshot`, for the demand and node metrics.
     - `status_extra`: more fields for `/v1/status` (e.g. the loop's last pass).
     - `metrics_public`: serve `/metrics` without a token (default: viewer token needed).
+    - `policy`: the policy (or a callable giving the current one) for the GPU waste and health
+      views; None: `Policy()` defaults.
     """
 
     store: Store
@@ -66,6 +71,7 @@ class ApiDeps:
     metrics_public: bool = False
     version: str = "0.1.0"
     title: str = "GPU burst provisioner"
+    policy: Policy | Callable[[], Policy] | None = None
 
 
 # --------------------------------------------------------------------------- request bodies
@@ -180,6 +186,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
     )
     app.state.deps = deps
     registry = make_registry(ProvisionerCollector(deps.store, lambda: _now(deps), deps.snapshot))
+    registry.register(GpuCollector(deps))
 
     @app.exception_handler(ReportError)
     async def _report_error(_: Request, exc: ReportError) -> JSONResponse:
@@ -218,6 +225,14 @@ def create_app(deps: ApiDeps) -> FastAPI:
     app.include_router(_ops_router(), prefix=f"/{API_VERSION}")
     app.include_router(_cost_router(), prefix=f"/{API_VERSION}")
     app.include_router(_admin_router(), prefix=f"/{API_VERSION}")
+    app.include_router(telemetry_router(require(Role.VIEWER)), prefix=f"/{API_VERSION}")
+    # IaC reviews (provisioner/iac): GET /v1/iac/review, viewer role. Imported here, not at the
+    # top, so the API module does not load the IaC package until an app is built.
+    from provisioner.iac.api import iac_router
+
+    app.include_router(
+        iac_router(dependencies=[Depends(require(Role.VIEWER))]), prefix=f"/{API_VERSION}"
+    )
     return app
 
 
@@ -436,6 +451,7 @@ def _ops_router() -> APIRouter:
         if any(s.index > MAX_GPU_INDEX for s in samples):
             raise HTTPException(422, f"a GPU index must be at most {MAX_GPU_INDEX}")
         n = deps.store.upsert_telemetry(payload.node, samples, _now(deps))
+        record_payload(deps.store, payload, _now(deps), policy_of(deps))
         return {"node": payload.node, "gpus": len(samples), "stored": n}
 
     @r.get("/telemetry", tags=["telemetry"], summary="Latest GPU samples per node")

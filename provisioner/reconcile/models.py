@@ -346,3 +346,31 @@ class TelemetryRow(Base):
     temperature_c: Mapped[float | None] = mapped_column(Float, nullable=True)
     sampled_ts: Mapped[float] = mapped_column(Float)
     received_ts: Mapped[float] = mapped_column(Float)
+
+
+class TelemetryPayloadRow(Base):
+    """The latest whole agent payload of each node (ECC, Xid, job mapping: what `gpu_telemetry`
+    does not keep), and since when each GPU has been idle ("index" -> POSIX seconds), for the
+    waste and health views. Added by migration 0002."""
+
+    __tablename__ = "gpu_telemetry_payload"
+
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    sampled_ts: Mapped[float] = mapped_column(Float)
+    received_ts: Mapped[float] = mapped_column(Float)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    idle_since: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)
+
+
+class EnergyMarkRow(Base):
+    """Energy accounting watermark of one GPU: the last sample whose energy is in the ledger.
+    `gpu_key` is the GPU's UUID ('#<index>' when NVML gave none). Added by migration 0002."""
+
+    __tablename__ = "gpu_energy_marks"
+
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    gpu_key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    sampled_ts: Mapped[float] = mapped_column(Float)
+    energy_mj: Mapped[float | None] = mapped_column(Float, nullable=True)
+    power_w: Mapped[float | None] = mapped_column(Float, nullable=True)
+    updated_ts: Mapped[float] = mapped_column(Float, default=0.0)

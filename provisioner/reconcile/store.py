@@ -52,6 +52,7 @@ from provisioner.reconcile.models import (
     ApiTokenRow,
     BudgetRow,
     DecisionRow,
+    EnergyMarkRow,
     InstanceRow,
     InstanceTransitionRow,
     IntentRow,
@@ -60,6 +61,7 @@ from provisioner.reconcile.models import (
     OperatorStateRow,
     PoolRow,
     RollupRow,
+    TelemetryPayloadRow,
     TelemetryRow,
 )
 
@@ -236,6 +238,29 @@ class NodeTelemetry:
     node: str
     received_ts: float
     gpus: tuple[GpuSample, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPayload:
+    """A node's latest whole agent payload (JSON, `GpuTelemetry` schema) and, per GPU index,
+    since when that GPU has been idle."""
+
+    node: str
+    sampled_ts: float
+    received_ts: float
+    payload: Mapping[str, Any]
+    idle_since: Mapping[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyMark:
+    """The last sample of one GPU whose energy is in the ledger."""
+
+    node: str
+    gpu_key: str
+    sampled_ts: float
+    energy_mj: float | None = None
+    power_w: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,6 +571,29 @@ class Store:
             q = q.where(IntentRow.kind == kind)
         with self.reading() as s:
             return [_intent(r) for r in s.scalars(q.order_by(IntentRow.created_ts))]
+
+    def intents(
+        self,
+        *,
+        kind: str | None = None,
+        status: str | None = None,
+        since_ts: float | None = None,
+        limit: int | None = None,
+    ) -> list[Intent]:
+        """Intents, oldest first, filtered by kind, status and creation time (the loop reads
+        recent scale-ups to adopt the instances they launched and to rebuild the back-off)."""
+        q = select(IntentRow)
+        if kind:
+            q = q.where(IntentRow.kind == kind)
+        if status:
+            q = q.where(IntentRow.status == status)
+        if since_ts is not None:
+            q = q.where(IntentRow.created_ts >= since_ts)
+        q = q.order_by(IntentRow.created_ts, IntentRow.token)
+        if limit is not None:
+            q = q.limit(limit)
+        with self.reading() as s:
+            return [_intent(r) for r in s.scalars(q)]
 
     def failed_intent_counts(self, kind: str = "scale_up") -> dict[str, int]:
         q = (
@@ -995,6 +1043,82 @@ class Store:
             )
             for name, rows in out.items()
         ]
+
+    def put_telemetry_payload(
+        self,
+        node: str,
+        sampled_ts: float,
+        received_ts: float,
+        payload: Mapping[str, Any],
+        idle_since: Mapping[int, float],
+    ) -> bool:
+        """Keep a node's latest whole payload. An older sample never overwrites a newer one
+        (False: not stored)."""
+        with self.transaction() as s:
+            row = s.get(TelemetryPayloadRow, node, with_for_update=True)
+            if row is None:
+                row = TelemetryPayloadRow(node=node)
+                s.add(row)
+            elif row.sampled_ts > sampled_ts:
+                return False
+            row.sampled_ts = sampled_ts
+            row.received_ts = received_ts
+            row.payload = dict(payload)
+            row.idle_since = {str(k): float(v) for k, v in idle_since.items()}
+            return True
+
+    def telemetry_payloads(self, node: str | None = None) -> list[StoredPayload]:
+        q = select(TelemetryPayloadRow).order_by(TelemetryPayloadRow.node)
+        if node is not None:
+            q = q.where(TelemetryPayloadRow.node == node)
+        with self.reading() as s:
+            return [
+                StoredPayload(
+                    r.node,
+                    r.sampled_ts,
+                    r.received_ts,
+                    dict(r.payload or {}),
+                    {int(k): float(v) for k, v in (r.idle_since or {}).items()},
+                )
+                for r in s.scalars(q)
+            ]
+
+    def energy_marks(self, node: str | None = None) -> dict[tuple[str, str], EnergyMark]:
+        """Energy watermarks keyed by (node, gpu_key)."""
+        q = select(EnergyMarkRow)
+        if node is not None:
+            q = q.where(EnergyMarkRow.node == node)
+        with self.reading() as s:
+            return {
+                (r.node, r.gpu_key): EnergyMark(
+                    r.node, r.gpu_key, r.sampled_ts, r.energy_mj, r.power_w
+                )
+                for r in s.scalars(q)
+            }
+
+    def commit_energy(
+        self,
+        entries: Sequence[LedgerEntry],
+        marks: Sequence[tuple[EnergyMark | None, EnergyMark]],
+        now_ts: float,
+    ) -> int:
+        """Write energy ledger rows and move the GPUs' energy watermarks in one transaction.
+        Each mark is (what was read, None if there was none; the new one); a watermark that
+        moved since it was read aborts the whole write (`ConcurrentUpdate`)."""
+        with self.transaction() as s:
+            for expected, new in marks:
+                row = s.get(EnergyMarkRow, (new.node, new.gpu_key), with_for_update=True)
+                seen = row.sampled_ts if row is not None else None
+                if seen != (expected.sampled_ts if expected is not None else None):
+                    raise ConcurrentUpdate(f"energy mark {new.node}/{new.gpu_key} moved")
+                if row is None:
+                    row = EnergyMarkRow(node=new.node, gpu_key=new.gpu_key)
+                    s.add(row)
+                row.sampled_ts = new.sampled_ts
+                row.energy_mj = new.energy_mj
+                row.power_w = new.power_w
+                row.updated_ts = now_ts
+            return self._insert_ledger(s, entries)
 
 
 # --------------------------------------------------------------------------- row <-> record

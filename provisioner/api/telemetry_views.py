@@ -1,0 +1,243 @@
+"""GPU waste and health views: `GET /v1/gpus/waste`, `GET /v1/gpus/alerts` (viewer), and the
+`provisioner_gpu_*` metrics, all from the telemetry the NVML agents pushed (see
+`provisioner.observe.gpu_load`).
+
+`create_app` includes `telemetry_router(require(Role.VIEWER))`, registers `GpuCollector` in its
+metrics registry, and calls `record_payload` from `POST /v1/telemetry`. The policy (thresholds,
+prices, teams) comes from `ApiDeps.policy`; without one the defaults of `Policy()` apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from provisioner.api.render import iso
+from provisioner.config.models import Policy
+from provisioner.observe.gpu_load import (
+    DEFAULT_ALERT_MAX_AGE_S,
+    DEFAULT_MAX_AGE_S,
+    AlertsReport,
+    WasteItem,
+    WasteReport,
+    gpu_alerts,
+    gpu_waste,
+)
+
+if TYPE_CHECKING:
+    from provisioner.api.app import ApiDeps
+
+MAX_AGE_LIMIT_S = 7 * 86_400.0
+NodeQuery = Annotated[str | None, Query(max_length=128, description="Only this node.")]
+TeamQuery = Annotated[str | None, Query(max_length=128, description="Only this team.")]
+
+
+def policy_of(deps: ApiDeps) -> Policy:
+    """The policy the API judges GPUs by: `deps.policy` (a Policy or a callable giving the
+    current one), else the defaults."""
+    p = getattr(deps, "policy", None)
+    if p is None:
+        return Policy()
+    if isinstance(p, Policy):
+        return p
+    got = p()
+    return got if isinstance(got, Policy) else Policy()
+
+
+def _deps(request: Request) -> ApiDeps:
+    deps: ApiDeps = request.app.state.deps
+    return deps
+
+
+def _now(deps: ApiDeps) -> float:
+    return deps.clock.now().timestamp()
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def waste_item_dict(i: WasteItem) -> dict[str, Any]:
+    return {
+        "node": i.node,
+        "node_kind": str(i.node_kind),
+        "gpus": i.gpus,
+        "basis": i.basis,
+        "gpu_index": i.gpu_index,
+        "gpu_uuid": i.gpu_uuid,
+        "job_id": i.job_id,
+        "candidate_jobs": list(i.candidate_jobs),
+        "team": i.team,
+        "account": i.account,
+        "user": i.user,
+        "partition": i.partition,
+        "util_pct": i.util_pct,
+        "mem_used_mib": i.mem_used_mib,
+        "idle_since": iso(i.idle_since_ts),
+        "idle_s": round(i.idle_s, 3),
+        "usd_per_gpu_hour": str(i.usd_per_gpu_hour.normalize()),
+        "usd_per_hour": str(i.usd_per_hour),
+        "usd_so_far": str(i.usd_so_far),
+    }
+
+
+def waste_dict(r: WasteReport, now_ts: float, max_age_s: float) -> dict[str, Any]:
+    def groups(key: Literal["team", "node", "job_id"], label: str) -> list[dict[str, Any]]:
+        return [
+            {label: k, "gpus": g, "usd_per_hour": str(h), "usd_so_far": str(s)}
+            for k, (g, h, s) in r.by(key).items()
+        ]
+
+    return {
+        "now": iso(now_ts),
+        "max_age_s": max_age_s,
+        "util_threshold_pct": r.util_threshold_pct,
+        "mem_threshold_mib": r.mem_threshold_mib,
+        "gpus": r.gpus,
+        "usd_per_hour": str(r.usd_per_hour),
+        "by_team": groups("team", "team"),
+        "by_node": groups("node", "node"),
+        "by_job": groups("job_id", "job_id"),
+        "items": [waste_item_dict(i) for i in r.items],
+        "silent_nodes": [
+            {"node": n, "last_sample_at": iso(ts)} for n, ts in r.silent_nodes.items()
+        ],
+    }
+
+
+def alerts_dict(r: AlertsReport, now_ts: float, max_age_s: float) -> dict[str, Any]:
+    th = r.thresholds
+    counts = {"critical": 0, "warning": 0}
+    for a, _ in r.alerts:
+        counts[a.severity] += 1
+    return {
+        "now": iso(now_ts),
+        "max_age_s": max_age_s,
+        "thresholds": {
+            "temperature_warn_c": th.temperature_warn_c,
+            "temperature_critical_c": th.temperature_critical_c,
+            "ecc_dbe_volatile_max": th.ecc_dbe_volatile_max,
+            "xid_critical": sorted(th.xid_critical),
+            "xid_ignore": sorted(th.xid_ignore),
+        },
+        "counts": counts,
+        "alerts": [{**a.model_dump(mode="json"), "sampled_at": iso(ts)} for a, ts in r.alerts],
+        "silent_nodes": [
+            {"node": n, "last_sample_at": iso(ts)} for n, ts in r.silent_nodes.items()
+        ],
+    }
+
+
+# --------------------------------------------------------------------------- router
+
+
+def telemetry_router(viewer: Callable[..., Any]) -> APIRouter:
+    """The `/gpus/*` routes; `viewer` is the app's viewer-role dependency."""
+    r = APIRouter(tags=["telemetry"], dependencies=[Depends(viewer)])
+
+    @r.get(
+        "/gpus/waste",
+        summary="GPUs allocated by Slurm but idle per NVML: per node, job and team, with the "
+        "idle time and the $ it burns",
+    )
+    def waste(
+        request: Request,
+        node: NodeQuery = None,
+        team: TeamQuery = None,
+        max_age_s: Annotated[
+            float,
+            Query(gt=0, le=MAX_AGE_LIMIT_S, description="Ignore telemetry older than this."),
+        ] = DEFAULT_MAX_AGE_S,
+    ) -> dict[str, Any]:
+        deps = _deps(request)
+        now = _now(deps)
+        report = gpu_waste(deps.store, policy_of(deps), now, max_age_s, node)
+        if team is not None:
+            report = WasteReport(
+                tuple(i for i in report.items if i.team == team),
+                report.silent_nodes,
+                report.util_threshold_pct,
+                report.mem_threshold_mib,
+            )
+        return waste_dict(report, now, max_age_s)
+
+    @r.get(
+        "/gpus/alerts",
+        summary="GPU health alerts (temperature, ECC, Xid, row remapping, lost GPUs) from the "
+        "latest telemetry, with the policy's thresholds",
+    )
+    def alerts(
+        request: Request,
+        node: NodeQuery = None,
+        severity: Annotated[Literal["warning", "critical"] | None, Query()] = None,
+        max_age_s: Annotated[
+            float,
+            Query(gt=0, le=MAX_AGE_LIMIT_S, description="Ignore telemetry older than this."),
+        ] = DEFAULT_ALERT_MAX_AGE_S,
+    ) -> dict[str, Any]:
+        deps = _deps(request)
+        now = _now(deps)
+        report = gpu_alerts(deps.store, policy_of(deps), now, max_age_s, node)
+        if severity is not None:
+            report = AlertsReport(
+                tuple(x for x in report.alerts if x[0].severity == severity),
+                report.silent_nodes,
+                report.thresholds,
+            )
+        return alerts_dict(report, now, max_age_s)
+
+    return r
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+class GpuCollector(Collector):
+    """`provisioner_gpu_allocated_idle{node,team}`, `provisioner_gpu_allocated_idle_usd_per_hour
+    {team}` and `provisioner_gpu_health_alerts{node,kind,severity}`, computed at scrape time."""
+
+    def __init__(self, deps: ApiDeps) -> None:
+        self.deps = deps
+
+    def collect(self) -> Iterator[Metric]:
+        deps = self.deps
+        now = _now(deps)
+        policy = policy_of(deps)
+        waste = gpu_waste(deps.store, policy, now)
+        idle = GaugeMetricFamily(
+            "provisioner_gpu_allocated_idle",
+            "GPUs allocated by Slurm that NVML measures idle (at least), by node and team.",
+            labels=["node", "team"],
+        )
+        per: dict[tuple[str, str], int] = {}
+        for i in waste.items:
+            per[(i.node, i.team)] = per.get((i.node, i.team), 0) + i.gpus
+        for (node, team), n in sorted(per.items()):
+            idle.add_metric([node, team], n)
+        yield idle
+        usd = GaugeMetricFamily(
+            "provisioner_gpu_allocated_idle_usd_per_hour",
+            "$/h of the allocated-but-idle GPUs, by team.",
+            labels=["team"],
+        )
+        for team, (_, h, _) in waste.by("team").items():
+            usd.add_metric([team], float(h))
+        yield usd
+        alerts = GaugeMetricFamily(
+            "provisioner_gpu_health_alerts",
+            "GPU health alerts in the latest telemetry, by node, kind and severity.",
+            labels=["node", "kind", "severity"],
+        )
+        counts: dict[tuple[str, str, str], int] = {}
+        for a, _ in gpu_alerts(deps.store, policy, now).alerts:
+            key = (a.node, str(a.kind), str(a.severity))
+            counts[key] = counts.get(key, 0) + 1
+        for key, n in sorted(counts.items()):
+            alerts.add_metric(list(key), n)
+        yield alerts
+
+
+__all__ = ["GpuCollector", "alerts_dict", "policy_of", "telemetry_router", "waste_dict"]
