@@ -94,6 +94,7 @@ def _register_subcommands() -> None:
     register_simulate(app)
     from provisioner.observe.nvml_cli import register as register_agent; register_agent(app)  # noqa: E702, I001  # fmt: skip
     from provisioner.register.cli import register as register_slurm; register_slurm(app)  # noqa: E702, I001  # fmt: skip
+    from provisioner.controller_cli import register as register_controller; register_controller(app)  # noqa: E702, I001  # fmt: skip
     from provisioner.iac.cli import register as register_iac; register_iac(app)  # noqa: E702, I001  # fmt: skip
 
 

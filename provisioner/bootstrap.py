@@ -1,0 +1,370 @@
+"""The composition root: the one place that reads settings and wires the store, the clock, the
+Slurm and cloud adapters, the reconcile loop and the API.
+
+Settings come from the environment (prefix `PROVISIONER_`, plus the standard `SLURM_CONF`,
+`SLURMRESTD_SOCKET` and `AWS_ENDPOINT_URL`) and are read when `load_settings()` is called, never
+at import time. Everything `build_controller` builds can be injected instead (the demo passes its
+in-memory cluster and moto's endpoint; tests pass a ManualClock and fakes).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from provisioner.clock import Clock, SystemClock
+from provisioner.config.models import Policy
+from provisioner.domain.errors import ProvisionerError
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from provisioner.act.actuator import CloudPorts
+    from provisioner.act.ports import PoolSpec
+    from provisioner.observe.slurm import SlurmObserver
+    from provisioner.plan.catalog import Catalog
+    from provisioner.reconcile.loop import ControllerLoop, Hook, LoopConfig, PassReport, Reconciler
+    from provisioner.reconcile.ports import JobControl, NodeControl, NodeLauncher
+    from provisioner.reconcile.store import Store
+    from provisioner.register.power_queue import PowerRequestQueue
+
+log = logging.getLogger("provisioner")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_POLICIES = REPO_ROOT / "policies"
+
+
+class Settings(BaseSettings):
+    """Controller settings. Env: `PROVISIONER_<NAME>` (e.g. `PROVISIONER_STORE_URL`)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PROVISIONER_", extra="ignore", populate_by_name=True
+    )
+
+    store_url: str = "sqlite:///provisioner.sqlite"
+    policies: Path = DEFAULT_POLICIES
+    catalog: Path | None = None
+    # Slurm: `cli` (squeue/sinfo/scontrol), `rest` (slurmrestd for reads, scontrol for changes),
+    # `none` (no scheduler: the loop still syncs clouds and accounts)
+    slurm_mode: Literal["cli", "rest", "none"] = "cli"
+    slurm_conf: str | None = Field(
+        default=None, validation_alias=AliasChoices("PROVISIONER_SLURM_CONF", "SLURM_CONF")
+    )
+    slurm_rest_socket: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PROVISIONER_SLURM_REST_SOCKET", "SLURMRESTD_SOCKET"),
+    )
+    slurm_timeout_s: float = Field(default=15.0, gt=0)
+    # The Slurm hooks' handoff queue (provisioner slurm resume|suspend|resume-fail)
+    state_dir: Path | None = None
+    # `local`: start a real slurmd on this host for each running instance (tests, demos)
+    launcher: Literal["none", "local"] = "none"
+    launcher_pid_dir: Path | None = None
+    launcher_spool_dir: Path | None = None
+    aws_endpoint_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PROVISIONER_AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL"),
+    )
+    gce_endpoint: str | None = None
+    gcp_project: str = ""
+    pool_driver: Literal["auto", "sdk", "pulumi"] = "auto"
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8000, ge=0, le=65535)
+    metrics_public: bool = False
+    tick_s: float = Field(default=15.0, gt=0)
+    orphan_grace_s: float = Field(default=120.0, ge=0)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment now, with explicit overrides (CLI options) on top."""
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+@dataclass
+class SlurmParts:
+    """The scheduler side of the loop; any part may be None (not wired)."""
+
+    observer: SlurmObserver | None = None
+    node_control: NodeControl | None = None
+    job_control: JobControl | None = None
+    launcher: NodeLauncher | None = None
+    power_queue: PowerRequestQueue | None = None
+
+
+def build_slurm(settings: Settings, clock: Clock, policy: Policy) -> SlurmParts:
+    if settings.slurm_mode == "none":
+        return SlurmParts()
+    from provisioner.observe.slurm import CliSlurmObserver, RestSlurmObserver
+    from provisioner.observe.slurm_parse import DEFAULT_CLOUD_PARTITIONS
+    from provisioner.observe.slurm_runner import SubprocessRunner
+    from provisioner.reconcile.ports import ScontrolJobControl
+    from provisioner.register.slurm_control import SlurmControl
+
+    runner = SubprocessRunner(slurm_conf=settings.slurm_conf)
+    cloud_parts = set(DEFAULT_CLOUD_PARTITIONS) | {p.partition for p in policy.pools}
+    observer: SlurmObserver
+    if settings.slurm_mode == "rest":
+        if not settings.slurm_rest_socket:
+            raise ProvisionerError("slurm_mode=rest needs PROVISIONER_SLURM_REST_SOCKET")
+        observer = RestSlurmObserver(
+            settings.slurm_rest_socket,
+            clock,
+            timeout_s=settings.slurm_timeout_s,
+            cloud_partitions=cloud_parts,
+        )
+    else:
+        observer = CliSlurmObserver(
+            runner, clock, timeout_s=settings.slurm_timeout_s, cloud_partitions=cloud_parts
+        )
+    parts = SlurmParts(
+        observer=observer,
+        node_control=SlurmControl(runner, timeout_s=settings.slurm_timeout_s),
+        job_control=ScontrolJobControl(runner, timeout_s=settings.slurm_timeout_s),
+    )
+    if settings.state_dir is not None:
+        from provisioner.register.power_queue import SqlitePowerRequestQueue
+
+        parts.power_queue = SqlitePowerRequestQueue(settings.state_dir)
+    if settings.launcher == "local":
+        from provisioner.register.launcher import LocalSlurmdLauncher
+
+        if not settings.slurm_conf:
+            raise ProvisionerError("launcher=local needs SLURM_CONF")
+        conf = Path(settings.slurm_conf)
+        pid_dir = settings.launcher_pid_dir or conf.parent.parent / "run"
+        spool = settings.launcher_spool_dir or conf.parent.parent / "state"
+        parts.launcher = LocalSlurmdLauncher(conf, pid_dir, spool_dir=spool)
+    return parts
+
+
+def build_clouds(
+    settings: Settings, policy: Policy, *, aws_session: Any = None, gcp_credentials: Any = None
+) -> dict[str, CloudPorts]:
+    """Cloud ports for the clouds the policy's pools use (SDKs imported only if needed)."""
+    from provisioner.act.actuator import CloudPorts
+    from provisioner.act.drivers import SdkPoolDriver, select_pool_driver
+    from provisioner.act.ports import CloudCapacity, PoolDriver
+
+    used = {p.cloud for p in policy.pools}
+    sdk: dict[str, PoolDriver] = {}
+    caps: dict[str, CloudCapacity] = {}
+    if "aws" in used:
+        from provisioner.act.aws import AwsCapacity, AwsClients, AwsPoolDriver
+
+        clients = AwsClients(settings.aws_endpoint_url, session=aws_session)
+        regions = sorted({r for p in policy.pools if p.cloud == "aws" for r in p.regions})
+        sdk["aws"] = AwsPoolDriver(clients)
+        caps["aws"] = AwsCapacity(regions, clients)
+    if "gcp" in used:
+        project = settings.gcp_project or policy.node.gcp_project
+        if project:
+            from provisioner.act.gcp import GcpCapacity, GcpClients, GcpPoolDriver
+
+            gclients = GcpClients(project, settings.gce_endpoint, credentials=gcp_credentials)
+            sdk["gcp"] = GcpPoolDriver(gclients)
+            caps["gcp"] = GcpCapacity(gclients)
+        else:
+            log.warning("pools use gcp but no project is set (PROVISIONER_GCP_PROJECT)")
+    if not caps:
+        return {}
+
+    def make_pulumi() -> PoolDriver:
+        from provisioner.act.pulumi_driver import (
+            AutomationStacks,
+            PulumiPoolDriver,
+            load_pool_program,
+        )
+
+        return PulumiPoolDriver(AutomationStacks(), load_pool_program())
+
+    if settings.pool_driver == "sdk":
+        driver: PoolDriver = SdkPoolDriver(sdk)
+    elif settings.pool_driver == "pulumi":
+        driver = make_pulumi()
+    else:
+        kind, driver = select_pool_driver(sdk=lambda: SdkPoolDriver(sdk), pulumi=make_pulumi)
+        log.info("pool driver: %s", kind)
+    return {cloud: CloudPorts(driver=driver, capacity=cap) for cloud, cap in caps.items()}
+
+
+def user_data_for(policy: Policy) -> Callable[[PoolSpec], str] | None:
+    """The node bootstrap (cloud-init) from infra/bootstrap, when the template is at hand."""
+    from provisioner.act.userdata import NodeBootstrap, default_template_path, render_user_data
+
+    if not default_template_path().exists():
+        log.warning("no node bootstrap template at %s", default_template_path())
+        return None
+    boot = NodeBootstrap(
+        controller_host=policy.node.controller_host,
+        munge_key_command=policy.node.munge_key_command,
+    )
+    # Rendered without the decision id: the node shape (and so the launch template version)
+    # then stays the same across scale-ups; the instance's tags carry the decision.
+    return lambda spec: render_user_data(replace(spec, decision_id=""), boot)
+
+
+@dataclass
+class Controller:
+    settings: Settings
+    policy: Policy
+    clock: Clock
+    store: Store
+    reconciler: Reconciler
+    loop: ControllerLoop
+    extra_status: dict[str, Any] = field(default_factory=dict)
+    _app: FastAPI | None = None
+
+    @property
+    def app(self) -> FastAPI:
+        if self._app is None:
+            from provisioner.account.focus import FocusOptions
+            from provisioner.api.app import ApiDeps, create_app
+
+            rec = self.reconciler
+
+            def status() -> Mapping[str, Any]:
+                return {**rec.status(), **self.extra_status}
+
+            self._app = create_app(
+                ApiDeps(
+                    store=self.store,
+                    clock=self.clock,
+                    planner=rec.dry_run,
+                    snapshot=lambda: rec.last_snapshot,
+                    status_extra=status,
+                    focus=FocusOptions(controller=self.policy.controller),
+                    metrics_public=self.settings.metrics_public,
+                    policy=self.policy,
+                )
+            )
+        return self._app
+
+
+def build_controller(
+    settings: Settings | None = None,
+    *,
+    clock: Clock | None = None,
+    store: Store | None = None,
+    policy: Policy | None = None,
+    catalog: Catalog | None = None,
+    slurm: SlurmParts | None = None,
+    clouds: Mapping[str, CloudPorts] | None = None,
+    hook: Hook | None = None,
+    config: LoopConfig | None = None,
+    on_pass: Callable[[PassReport], None] | None = None,
+    before_pass: Callable[[], None] | None = None,
+) -> Controller:
+    from provisioner.act.specs import NodeImages
+    from provisioner.config import load_policy
+    from provisioner.plan.catalog import load_catalog
+    from provisioner.reconcile.loop import ControllerLoop, LoopConfig, Reconciler, ReconcilerDeps
+    from provisioner.reconcile.store import Store
+
+    settings = settings or load_settings()
+    clock = clock or SystemClock()
+    policy = policy or load_policy(settings.policies)
+    catalog = catalog or load_catalog(settings.catalog)
+    store = store or Store(settings.store_url)
+    slurm = slurm if slurm is not None else build_slurm(settings, clock, policy)
+    clouds = clouds if clouds is not None else build_clouds(settings, policy)
+    config = config or LoopConfig(orphan_grace_s=max(settings.orphan_grace_s, 2 * settings.tick_s))
+    reconciler = Reconciler(
+        ReconcilerDeps(
+            store=store,
+            clock=clock,
+            policy=policy,
+            catalog=catalog,
+            observer=slurm.observer,
+            node_control=slurm.node_control,
+            job_control=slurm.job_control,
+            clouds=dict(clouds),
+            images=NodeImages(dict(policy.node.images)),
+            user_data=user_data_for(policy),
+            gcp_project=settings.gcp_project or policy.node.gcp_project,
+            launcher=slurm.launcher,
+            power_queue=slurm.power_queue,
+            hook=hook,
+            config=config,
+        )
+    )
+    loop = ControllerLoop(reconciler, settings.tick_s, on_pass=on_pass, before_pass=before_pass)
+    return Controller(settings, policy, clock, store, reconciler, loop)
+
+
+class ApiServer:
+    """uvicorn in a thread of this process, bound to the configured host (127.0.0.1 default)."""
+
+    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+        import uvicorn
+
+        self.host = host
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+        )
+        self._thread = threading.Thread(target=self._server.run, name="api", daemon=True)
+
+    def start(self, timeout_s: float = 15.0) -> int:
+        """Start serving; returns the bound port. Raises ProvisionerError when it cannot."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:  # a real server must start: poll with a deadline
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ProvisionerError(f"the API could not listen on {self.host} (port in use?)")
+            time.sleep(0.02)
+        sock = self._server.servers[0].sockets[0]
+        return int(sock.getsockname()[1])
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+def serve(
+    controller: Controller,
+    *,
+    on_started: Callable[[str], None] | None = None,
+    duration_s: float | None = None,
+    max_passes: int | None = None,
+) -> int:
+    """Run the loop in this thread and the API beside it until SIGTERM/SIGINT, `duration_s` or
+    `max_passes`. A stop lets the current pass finish. Returns the number of passes."""
+    s = controller.settings
+    api = ApiServer(controller.app, s.api_host, s.api_port)
+    port = api.start()
+    url = f"http://{s.api_host}:{port}"
+    controller.extra_status["api_url"] = url
+    loop = controller.loop
+    previous: dict[signal.Signals, Any] = {}
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: finishing the current pass, then stopping", signum)
+        loop.request_stop()
+
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, stop)
+    timer = threading.Timer(duration_s, loop.request_stop) if duration_s else None
+    try:
+        if on_started is not None:
+            on_started(url)
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        return loop.run(max_passes)
+    finally:
+        if timer is not None:
+            timer.cancel()
+        api.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,1 @@
+"""`provisioner demo`: the controller on an embedded default (moto as AWS, a FAKE cluster)."""

@@ -1,0 +1,401 @@
+"""Passive sync: bring the store (a cache of the world) in line with what the clouds and Slurm
+report, before anything is planned. Pure: `plan_sync` takes the observations and returns what to
+write and what to do; the loop applies it.
+
+Three sources meet here:
+
+* the clouds' listing of the instances carrying this controller's tags (`OwnedInstance`);
+* the store's instance records (lifecycle state, bound Slurm node) and recent scale-up intents;
+* the Slurm snapshot (burst nodes and their power-saving states).
+
+Rules, per instance record (state: observation -> step):
+
+* none: a tagged instance in the group a recent scale-up intent resized -> adopt it
+  (`requested`, or `allocated` when the cloud reports it running);
+* requested: the cloud reports it running -> allocated;
+* requested/allocated without a node: Slurm powers up a node of the pool that nobody holds ->
+  bind the instance to that node; allocated with a node -> joining; still without a node after
+  `unbound_timeout_s` (its jobs started elsewhere, nothing else wants it) -> terminate;
+* joining: the node registered (idle/mixed/allocated/draining) -> ready; the node is down, or
+  the join timeout passed -> terminate, node marked failed (its jobs requeue);
+* ready: the node is draining/drained -> draining;
+* ready/draining: the node powers down or is powered down -> terminate (Slurm is done with it);
+  the node is down -> terminate, node marked failed;
+* any live state: the cloud shows it stopping/stopped (spot reclaim) -> failed, node marked
+  failed, a stopped VM terminated;
+* terminating: gone from the listing -> terminated; still listed after `retry_terminate_s` ->
+  terminate again (idempotent).
+
+Then the orphan sweep (`provisioner.act.sweep.plan_sweep`): tagged instances nobody adopts,
+closed records whose VM lives on, records past their state's lease, live records whose VM is gone.
+Burst nodes left DOWN or DRAINED with no live instance are returned to service (`resume`).
+
+Slurm picks which powered-down CLOUD node a job lands on (it does not honour a node the
+controller powered up), so instances are bound to the node Slurm resumes, not the reverse.
+
+A stale snapshot: nothing driven by Slurm node states, no sweep, no node changes; only what the
+clouds alone say (adoption, allocated, terminated) is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from provisioner.act.ports import TAG_DECISION, TAG_GROUP, CloudState, OwnedInstance
+from provisioner.act.sweep import SweepReason, plan_sweep
+from provisioner.domain.instances import CloudInstance, InstanceState, Transition
+from provisioner.domain.nodes import NodeKind, NodeState
+from provisioner.domain.offers import OfferKey
+from provisioner.domain.snapshot import ClusterSnapshot
+from provisioner.reconcile.store import Intent, StoredInstance
+
+S = InstanceState
+JOINED = frozenset(
+    {NodeState.IDLE, NodeState.MIXED, NodeState.ALLOCATED, NodeState.DRAINING, NodeState.DRAINED}
+)
+POWERED_OFF = frozenset({NodeState.POWERING_DOWN, NodeState.POWERED_DOWN})
+_TERMINABLE = frozenset({S.REQUESTED, S.ALLOCATED, S.JOINING, S.READY, S.DRAINING})
+
+
+@dataclass(frozen=True, slots=True)
+class Adopt:
+    """Store `instance`, launched by the scale-up of intent `token`."""
+
+    token: str
+    instance: CloudInstance
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    instance_id: str
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    instance_id: str
+    to: InstanceState
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """Terminate `owned` in its cloud. `fail_node`: mark that Slurm node failed first (its jobs
+    requeue). `transition`: move the record to terminating (False for a record already closed,
+    or an orphan without one). `join_timeout`: the reason is a join failure."""
+
+    instance_id: str
+    owned: OwnedInstance
+    reason: str
+    fail_node: str = ""
+    transition: bool = True
+    join_failure: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFix:
+    node: str
+    action: str  # "resume" (back to service) | "fail" (drain, requeue, down)
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPlan:
+    adopt: tuple[Adopt, ...] = ()
+    bind: tuple[Bind, ...] = ()
+    moves: tuple[Move, ...] = ()
+    kills: tuple[Kill, ...] = ()
+    nodes: tuple[NodeFix, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.adopt or self.bind or self.moves or self.kills or self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncInput:
+    now_ts: float
+    controller: str
+    records: Sequence[StoredInstance]
+    owned: Sequence[OwnedInstance]
+    listing_complete: bool
+    snapshot: ClusterSnapshot
+    intents: Sequence[Intent] = ()
+    grace_s: float = 120.0
+    join_timeout_s: float = 600.0
+    retry_terminate_s: float = 120.0
+    unbound_timeout_s: float = 600.0
+    timeouts: Mapping[InstanceState, float] = field(default_factory=dict)
+
+
+def group_of(o: OwnedInstance) -> str:
+    return o.group or o.tags.get(TAG_GROUP, "")
+
+
+def intent_capacity(intent: Intent) -> int:
+    """How many instances a scale-up intent launched (or may have: a pending one)."""
+    if intent.status == "confirmed":
+        return int(intent.result.get("added", intent.nodes) or 0)
+    return int(intent.nodes or 0)
+
+
+def plan_adoptions(
+    owned: Sequence[OwnedInstance],
+    records: Sequence[StoredInstance],
+    intents: Sequence[Intent],
+    *,
+    controller: str,
+    now_ts: float,
+) -> tuple[Adopt, ...]:
+    """Match tagged instances the store does not know to the scale-up intents that launched
+    them: same node group, the intent has room left, the decision tag preferred (moto lets the
+    launch template's tag win over the group's, so the tag alone cannot be trusted)."""
+    known = {r.instance.instance_id for r in records}
+    used: dict[str, int] = {}
+    for r in records:
+        if r.intent_token:
+            used[r.intent_token] = used.get(r.intent_token, 0) + 1
+    by_group: dict[str, list[Intent]] = {}
+    for it in intents:
+        if it.kind != "scale_up" or it.status == "failed":
+            continue
+        grp = str(it.payload.get("group", ""))
+        if grp:
+            by_group.setdefault(grp, []).append(it)
+    out: list[Adopt] = []
+    fresh = sorted(
+        (
+            o
+            for o in owned
+            if o.controller == controller
+            and o.instance_id not in known
+            and o.state in (CloudState.PENDING, CloudState.RUNNING)
+        ),
+        key=lambda o: (o.launched_ts, o.instance_id),
+    )
+    for o in fresh:
+        cands = [
+            it
+            for it in by_group.get(group_of(o), [])
+            if intent_capacity(it) - used.get(it.token, 0) > 0
+        ]
+        if not cands:
+            continue
+        tag = o.tags.get(TAG_DECISION, "")
+        it = next((c for c in cands if c.decision_id == tag), cands[0])
+        used[it.token] = used.get(it.token, 0) + 1
+        out.append(Adopt(it.token, _adopted(o, it, now_ts)))
+    return tuple(out)
+
+
+def _adopted(o: OwnedInstance, it: Intent, now_ts: float) -> CloudInstance:
+    running = o.state is CloudState.RUNNING
+    # A pending intent is one a crashed pass left behind: the machine may have run since then,
+    # so billing starts at the intent (over-counting the gap rather than missing it).
+    alloc_ts = it.created_ts if it.status == "pending" else max(now_ts, it.created_ts)
+    history = [Transition(None, S.REQUESTED, it.created_ts, f"scale-up intent {it.token[:8]}")]
+    if running:
+        history.append(Transition(S.REQUESTED, S.ALLOCATED, alloc_ts, "cloud reports running"))
+    return CloudInstance(
+        instance_id=o.instance_id,
+        pool=it.pool,
+        offer=OfferKey.parse(it.offer),
+        gpu_model=str(it.payload.get("gpu_model", "")),
+        gpus=int(it.payload.get("gpus", 0) or 0),
+        price_usd_hr=it.price_usd_hr if it.price_usd_hr is not None else Decimal(0),
+        state=S.ALLOCATED if running else S.REQUESTED,
+        launched_ts=it.created_ts,
+        decision_id=it.decision_id,
+        history=tuple(history),
+    )
+
+
+def owned_from_record(inst: CloudInstance) -> OwnedInstance:
+    """What a terminate call needs when the listing does not show the instance."""
+    return OwnedInstance(
+        instance_id=inst.instance_id,
+        cloud=inst.offer.cloud,
+        region=inst.offer.region,
+        zone="",
+        instance_type=inst.offer.instance_type,
+        state=CloudState.RUNNING,
+        launched_ts=inst.launched_ts,
+    )
+
+
+def plan_sync(inp: SyncInput) -> SyncPlan:
+    now = inp.now_ts
+    snap = inp.snapshot
+    fresh_view = not snap.stale
+    adopt = plan_adoptions(
+        inp.owned, inp.records, inp.intents, controller=inp.controller, now_ts=now
+    )
+    records = [*inp.records, *(StoredInstance(a.instance, intent_token=a.token) for a in adopt)]
+    owned = {o.instance_id: o for o in inp.owned if o.controller == inp.controller}
+    nodes = {n.name: n for n in snap.nodes}
+    live = [r.instance for r in records if not r.instance.state.terminal]
+    holders = {i.node_name for i in live if i.node_name}
+
+    moves: list[Move] = []
+    kills: dict[str, Kill] = {}
+    binds: list[Bind] = []
+    fixes: dict[str, NodeFix] = {}
+
+    def kill(inst: CloudInstance, reason: str, *, fail: bool = False, join: bool = False) -> None:
+        if inst.instance_id in kills:
+            return
+        o = owned.get(inst.instance_id) or owned_from_record(inst)
+        node = inst.node_name if fail and fresh_view else ""
+        kills[inst.instance_id] = Kill(
+            inst.instance_id,
+            o,
+            reason,
+            fail_node=node,
+            transition=inst.state in _TERMINABLE,
+            join_failure=join,
+        )
+
+    # Powered-up nodes nobody holds yet, per pool, in name order.
+    free_nodes: dict[str, list[str]] = {}
+    if fresh_view:
+        for n in sorted(snap.nodes, key=lambda n: n.name):
+            if (
+                n.kind is NodeKind.BURST
+                and n.state is NodeState.POWERING_UP
+                and n.name not in holders
+                and n.pool
+            ):
+                free_nodes.setdefault(n.pool, []).append(n.name)
+
+    for inst in sorted(live, key=lambda i: (i.launched_ts, i.instance_id)):
+        iid = inst.instance_id
+        o = owned.get(iid)
+        state = inst.state
+        gone = o is None or o.state is CloudState.TERMINATED
+        if gone:
+            if inp.listing_complete and state is S.TERMINATING:
+                moves.append(Move(iid, S.TERMINATED, "gone from the cloud"))
+            continue  # anything else: the sweep closes it after the grace period
+        assert o is not None
+        if o.state in (CloudState.STOPPING, CloudState.STOPPED) and state is not S.TERMINATING:
+            moves.append(Move(iid, S.FAILED, f"interrupted: the cloud reports it {o.state}"))
+            if inst.node_name and fresh_view:
+                fixes[inst.node_name] = NodeFix(inst.node_name, "fail", "cloud instance lost")
+            if o.state is CloudState.STOPPED:
+                kills[iid] = Kill(iid, o, "stopped by the cloud", transition=False)
+            continue
+        if state is S.TERMINATING:
+            if now - inst.entered_state_ts >= inp.retry_terminate_s:
+                kills[iid] = Kill(iid, o, "still listed: terminate again", transition=False)
+            continue
+        if state is S.REQUESTED and o.state is CloudState.RUNNING:
+            moves.append(Move(iid, S.ALLOCATED, "cloud reports running"))
+            state = S.ALLOCATED
+        if not fresh_view:
+            continue
+        node_name = inst.node_name
+        if state in (S.REQUESTED, S.ALLOCATED) and not node_name:
+            queue = free_nodes.get(inst.pool)
+            if queue:
+                node_name = queue.pop(0)
+                binds.append(Bind(iid, node_name))
+        if state is S.ALLOCATED and node_name:
+            moves.append(Move(iid, S.JOINING, f"slurm powering up {node_name}"))
+            continue
+        if not node_name and now - inst.launched_ts > inp.unbound_timeout_s:
+            # Slurm never powered up a node this instance could serve: its jobs started
+            # elsewhere (on-prem freed up first) and nothing else wants it.
+            kill(inst, f"slurm asked for no node in {inp.unbound_timeout_s:g} s", join=True)
+            continue
+        node = nodes.get(node_name) if node_name else None
+        if state is S.JOINING:
+            if node is not None and node.state in JOINED:
+                moves.append(Move(iid, S.READY, f"{node_name} registered with slurm"))
+            elif node is not None and node.state is NodeState.DOWN:
+                kill(inst, f"{node_name} went down before joining", fail=True, join=True)
+            elif node is not None and node.state in POWERED_OFF:
+                kill(inst, f"slurm gave up on {node_name} before it joined", join=True)
+            elif now - inst.entered_state_ts > inp.join_timeout_s:
+                kill(
+                    inst,
+                    f"{node_name} did not join in {inp.join_timeout_s:g} s",
+                    fail=True,
+                    join=True,
+                )
+            continue
+        if state in (S.READY, S.DRAINING) and node is not None:
+            if node.state in POWERED_OFF:
+                kill(inst, f"{node.name} drained and powered down by slurm")
+            elif node.state is NodeState.DOWN:
+                kill(inst, f"{node.name} is down in slurm", fail=True)
+            elif state is S.READY and node.state in (NodeState.DRAINING, NodeState.DRAINED):
+                moves.append(Move(iid, S.DRAINING, f"{node.name} draining in slurm"))
+            elif state is S.DRAINING and node.state is NodeState.DRAINED:
+                kill(inst, f"{node.name} drained")
+
+    if fresh_view:
+        timeouts = dict(inp.timeouts)
+        # A record that moved in this pass made progress: its lease restarts now.
+        stepped: dict[str, list[Move]] = {}
+        for m in moves:
+            stepped.setdefault(m.instance_id, []).append(m)
+        in_view = []
+        for r in records:
+            inst = r.instance
+            for m in stepped.get(inst.instance_id, ()):
+                inst = inst.transition(m.to, now, m.reason)
+            in_view.append(inst)
+        sweep = plan_sweep(
+            list(owned.values()),
+            in_view,
+            controller=inp.controller,
+            now_ts=now,
+            grace_s=inp.grace_s,
+            timeouts=timeouts or None,
+            listing_complete=inp.listing_complete,
+        )
+        by_id = {r.instance.instance_id: r.instance for r in records}
+        for t in sweep.terminate:
+            rec = by_id.get(t.instance.instance_id)
+            if t.instance.instance_id in kills:
+                continue
+            kills[t.instance.instance_id] = Kill(
+                t.instance.instance_id,
+                t.instance,
+                f"sweep: {t.reason}",
+                fail_node=rec.node_name if rec is not None and rec.node_name else "",
+                transition=rec is not None and rec.state in _TERMINABLE,
+                join_failure=t.reason is SweepReason.LEASE_EXPIRED
+                and rec is not None
+                and rec.state in (S.REQUESTED, S.ALLOCATED, S.JOINING),
+            )
+        moved = {m.instance_id for m in moves}
+        for c in sweep.close:
+            if c.instance_id in moved or c.instance_id in kills:
+                continue
+            rec = by_id.get(c.instance_id)
+            moves.append(Move(c.instance_id, S.FAILED, f"sweep: {c.reason}"))
+            if rec is not None and rec.node_name:
+                fixes.setdefault(
+                    rec.node_name, NodeFix(rec.node_name, "fail", "cloud instance gone")
+                )
+        # Burst nodes left down/drained with nothing behind them go back to service.
+        still_held = {
+            i.node_name
+            for i in live
+            if i.node_name and i.instance_id not in {m.instance_id for m in moves if m.to.terminal}
+        }
+        for n in sorted(snap.nodes, key=lambda n: n.name):
+            if n.kind is not NodeKind.BURST or n.name in still_held or n.name in fixes:
+                continue
+            if n.state in (NodeState.DOWN, NodeState.DRAINED):
+                fixes[n.name] = NodeFix(n.name, "resume", "no cloud instance behind it")
+    return SyncPlan(
+        adopt=adopt,
+        bind=tuple(binds),
+        moves=tuple(moves),
+        kills=tuple(kills.values()),
+        nodes=tuple(fixes.values()),
+    )

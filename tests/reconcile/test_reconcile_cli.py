@@ -1,0 +1,120 @@
+"""`provisioner run` (loop + API in one process, SIGTERM finishes the pass) and
+`provisioner token create`, as the commands run, against moto's server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from provisioner.api.auth import verify_token
+from provisioner.bootstrap import load_settings
+from provisioner.reconcile.store import Store
+
+pytestmark = pytest.mark.aws
+REPO = Path(__file__).resolve().parents[2]
+
+
+def env_for(moto, tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVISIONER_")}
+    env.update(
+        {
+            "PROVISIONER_STORE_URL": f"sqlite:///{tmp_path / 'ctl.sqlite'}",
+            "PROVISIONER_POLICIES": str(REPO / "policies" / "demo"),
+            "PROVISIONER_SLURM_MODE": "none",
+            "PROVISIONER_POOL_DRIVER": "sdk",
+            "PROVISIONER_API_PORT": "0",
+            "PROVISIONER_TICK_S": "0.2",
+            "AWS_ENDPOINT_URL": moto.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+    )
+    return env
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "provisioner.cli", *args]
+
+
+def test_settings_are_read_when_asked_not_at_import(monkeypatch):
+    monkeypatch.setenv("PROVISIONER_API_PORT", "9123")
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/x.conf")
+    s = load_settings(tick_s=3.0)
+    assert (s.api_port, s.slurm_conf, s.tick_s, s.api_host) == (
+        9123,
+        "/etc/slurm/x.conf",
+        3.0,
+        "127.0.0.1",
+    )
+    monkeypatch.setenv("PROVISIONER_API_PORT", "9124")
+    assert load_settings().api_port == 9124
+
+
+def test_token_create_prints_the_token_once_and_stores_a_hash(moto, tmp_path):
+    env = env_for(moto, tmp_path)
+    proc = subprocess.run(
+        cli("token", "create", "--role", "operator", "--name", "ci"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    token = proc.stdout.strip()
+    assert token.startswith("pbt_") and token not in proc.stderr
+    store = Store(env["PROVISIONER_STORE_URL"])
+    p = verify_token(store, token)
+    assert p is not None and p.name == "ci" and p.role.label == "operator"
+    assert all(token.split("_")[2] not in t.secret_hash for t in store.tokens())
+    bad = subprocess.run(
+        cli("token", "create", "--role", "root", "--name", "x"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert bad.returncode == 2 and "--role" in bad.stderr
+
+
+def test_run_serves_the_api_and_sigterm_finishes_the_pass(moto, tmp_path):
+    env = env_for(moto, tmp_path)
+    proc = subprocess.Popen(
+        cli("run"), env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    url = ""
+    deadline = time.monotonic() + 60
+    while not url and time.monotonic() < deadline:  # a real server must start
+        line = proc.stderr.readline()
+        if not line:
+            break
+        if "API on " in line:
+            url = line.split("API on ")[1].split(",")[0]
+    assert url.startswith("http://127.0.0.1:"), "no API line"
+    assert httpx.get(f"{url}/healthz", timeout=10).json() == {"status": "ok"}
+    assert httpx.get(f"{url}/v1/status", timeout=10).status_code == 401
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    assert "stopped after" in err
+    store = Store(env["PROVISIONER_STORE_URL"])
+    assert [p.name for p in store.pools()] == ["aws-a100"]  # the loop ran and synced policy
+
+
+def test_run_stops_after_passes(moto, tmp_path):
+    env = env_for(moto, tmp_path)
+    proc = subprocess.run(
+        cli("run", "--passes", "2"), env=env, capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "stopped after 2 pass(es)" in proc.stderr

@@ -1,0 +1,235 @@
+"""The pure sync rules (`plan_sync`): adoption, binding, lifecycle steps, sweep, stale views."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from provisioner.act.ports import CloudState, OwnedInstance
+from provisioner.domain.instances import CloudInstance, InstanceState, Transition
+from provisioner.domain.nodes import Node, NodeKind, NodeState
+from provisioner.domain.offers import CapacityType, OfferKey
+from provisioner.domain.snapshot import ClusterSnapshot
+from provisioner.reconcile.loop import error_code, rebuild_backoff
+from provisioner.reconcile.store import Intent, StoredInstance
+from provisioner.reconcile.sync import SyncInput, plan_sync
+
+S = InstanceState
+NOW = 1_767_225_600.0
+CTL = "burst-ctl"
+OFFER = OfferKey("aws", "us-east-1", "p4d.24xlarge", CapacityType.SPOT)
+GROUP = "burst-ctl-burst-us-east-1-p4d-24xlarge-spot"
+
+
+def owned(
+    iid: str,
+    state: CloudState = CloudState.RUNNING,
+    launched: float = NOW - 30,
+    controller: str = CTL,
+    group: str = GROUP,
+) -> OwnedInstance:
+    return OwnedInstance(
+        iid,
+        "aws",
+        "us-east-1",
+        "us-east-1a",
+        "p4d.24xlarge",
+        state,
+        launched,
+        group=group,
+        tags={"controller": controller, "decision": "d-1"},
+    )
+
+
+def record(iid: str, state: S, *, node: str = "", since: float = NOW - 30) -> StoredInstance:
+    hist = (Transition(None, S.REQUESTED, since - 10, "intent"),)
+    if state is not S.REQUESTED:
+        hist += (Transition(S.REQUESTED, state, since, "test"),)
+    inst = CloudInstance(
+        iid,
+        "burst",
+        OFFER,
+        "A100",
+        8,
+        Decimal("7.246"),
+        state,
+        since - 10,
+        decision_id="d-1",
+        node_name=node,
+        history=hist,
+    )
+    return StoredInstance(inst, team="vision", intent_token="tok-1")
+
+
+def intent(nodes: int = 1, status: str = "confirmed") -> Intent:
+    return Intent(
+        token="tok-1",
+        kind="scale_up",
+        status=status,
+        created_ts=NOW - 40,
+        pool="burst",
+        offer=str(OFFER),
+        nodes=nodes,
+        decision_id="d-1",
+        team="vision",
+        price_usd_hr=Decimal("7.246"),
+        payload={"group": GROUP, "gpus": 8, "gpu_model": "A100", "target": nodes},
+        result={"added": nodes},
+    )
+
+
+def node(name: str, state: NodeState, alloc: int = 0) -> Node:
+    return Node(
+        name, NodeKind.BURST, 8, alloc, "a100", state, ("cloud",), ("cloud",), 100, pool="burst"
+    )
+
+
+def sync(records=(), own=(), nodes=(), intents=(), stale=False, complete=True, now=NOW):
+    snap = ClusterSnapshot(taken_ts=now, nodes=tuple(nodes))
+    if stale:
+        snap = snap.mark_stale("slurm: timed out")
+    return plan_sync(
+        SyncInput(
+            now,
+            CTL,
+            list(records),
+            list(own),
+            complete,
+            snap,
+            list(intents),
+            grace_s=120,
+            join_timeout_s=600,
+            retry_terminate_s=120,
+        )
+    )
+
+
+def test_adopts_an_unknown_tagged_instance_into_the_intent_that_launched_it():
+    p = sync(own=[owned("i-1"), owned("i-2")], intents=[intent(nodes=1)])
+    assert [a.instance.instance_id for a in p.adopt] == ["i-1"]  # the intent had room for one
+    inst = p.adopt[0].instance
+    assert (inst.state, inst.pool, inst.price_usd_hr, inst.gpus) == (
+        S.ALLOCATED,
+        "burst",
+        Decimal("7.246"),
+        8,
+    )
+    assert [t.to_state for t in inst.history] == [S.REQUESTED, S.ALLOCATED]
+    # i-2 has no intent: an orphan, swept only after the grace period
+    assert p.kills == ()
+    later = sync(own=[owned("i-2", launched=NOW - 500)], intents=[])
+    assert [(k.instance_id, k.transition) for k in later.kills] == [("i-2", False)]
+
+
+def test_binds_to_the_node_slurm_powers_up_then_joins_and_readies():
+    p = sync(
+        [record("i-1", S.ALLOCATED)],
+        [owned("i-1")],
+        [node("burst-1", NodeState.POWERED_DOWN), node("burst-2", NodeState.POWERING_UP)],
+    )
+    assert [(b.instance_id, b.node) for b in p.bind] == [("i-1", "burst-2")]
+    assert [(m.instance_id, m.to) for m in p.moves] == [("i-1", S.JOINING)]
+    p = sync(
+        [record("i-1", S.JOINING, node="burst-2")],
+        [owned("i-1")],
+        [node("burst-2", NodeState.ALLOCATED, 8)],
+    )
+    assert [(m.to, m.reason) for m in p.moves] == [(S.READY, "burst-2 registered with slurm")]
+
+
+def test_join_failures_terminate_and_fail_the_node():
+    p = sync(
+        [record("i-1", S.JOINING, node="burst-1", since=NOW - 700)],
+        [owned("i-1")],
+        [node("burst-1", NodeState.POWERING_UP)],
+    )
+    (k,) = p.kills
+    assert (k.instance_id, k.fail_node, k.join_failure, k.transition) == (
+        "i-1",
+        "burst-1",
+        True,
+        True,
+    )
+    p = sync(
+        [record("i-1", S.JOINING, node="burst-1")],
+        [owned("i-1")],
+        [node("burst-1", NodeState.DOWN)],
+    )
+    assert [k.fail_node for k in p.kills] == ["burst-1"]
+
+
+def test_scale_down_follows_slurm():
+    drained = sync(
+        [record("i-1", S.READY, node="burst-1")],
+        [owned("i-1")],
+        [node("burst-1", NodeState.DRAINING, 4)],
+    )
+    assert [m.to for m in drained.moves] == [S.DRAINING] and drained.kills == ()
+    off = sync(
+        [record("i-1", S.DRAINING, node="burst-1")],
+        [owned("i-1")],
+        [node("burst-1", NodeState.POWERING_DOWN)],
+    )
+    assert [(k.instance_id, k.fail_node) for k in off.kills] == [("i-1", "")]
+    gone = sync([record("i-1", S.TERMINATING, node="burst-1")], [], [])
+    assert [m.to for m in gone.moves] == [S.TERMINATED]
+    partial = sync([record("i-1", S.TERMINATING, node="burst-1")], [], [], complete=False)
+    assert partial.moves == ()
+
+
+def test_spot_reclaim_fails_the_instance_and_its_node():
+    p = sync(
+        [record("i-1", S.READY, node="burst-1")],
+        [owned("i-1", CloudState.STOPPING)],
+        [node("burst-1", NodeState.ALLOCATED, 8)],
+    )
+    assert [m.to for m in p.moves] == [S.FAILED]
+    assert [(f.node, f.action) for f in p.nodes] == [("burst-1", "fail")]
+
+
+def test_a_stale_view_does_nothing_destructive():
+    recs = [record("i-1", S.READY, node="burst-1"), record("i-2", S.REQUESTED)]
+    p = sync(
+        recs,
+        [owned("i-1"), owned("i-2"), owned("i-9", launched=NOW - 9999)],
+        [node("burst-1", NodeState.POWERED_DOWN)],
+        stale=True,
+    )
+    assert p.kills == () and p.nodes == () and p.bind == ()
+    assert [(m.instance_id, m.to) for m in p.moves] == [("i-2", S.ALLOCATED)]  # cloud-only
+
+
+def test_down_burst_nodes_without_an_instance_return_to_service():
+    p = sync([], [], [node("burst-1", NodeState.DOWN), node("burst-2", NodeState.POWERED_DOWN)])
+    assert [(f.node, f.action) for f in p.nodes] == [("burst-1", "resume")]
+
+
+def test_backoff_is_rebuilt_from_stored_outcomes():
+    from provisioner.act.backoff_feed import BackoffSettings
+    from provisioner.domain.errors import CapacityError, ThrottlingError
+
+    assert error_code(CapacityError("x", code="InsufficientInstanceCapacity")) == (
+        "capacity:InsufficientInstanceCapacity"
+    )
+    assert error_code(ThrottlingError("x", code="Throttling")) == "throttling:Throttling"
+    failed = Intent(
+        "a",
+        "scale_up",
+        "failed",
+        NOW,
+        offer=str(OFFER),
+        completed_ts=NOW,
+        error_code="capacity:InsufficientInstanceCapacity",
+    )
+    throttled = Intent(
+        "b",
+        "scale_up",
+        "failed",
+        NOW,
+        offer=str(OFFER),
+        completed_ts=NOW + 1,
+        error_code="throttling:Throttling",
+    )
+    b = rebuild_backoff([failed, throttled], BackoffSettings(300, 3600))
+    assert b.blocked(OFFER, NOW + 299) and not b.blocked(OFFER, NOW + 301)
+    ok = Intent("c", "scale_up", "confirmed", NOW + 5, offer=str(OFFER), completed_ts=NOW + 5)
+    assert rebuild_backoff([failed, ok], BackoffSettings(300, 3600)).entries == {}
