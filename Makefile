@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 SLURM_DIR ?= $(CURDIR)/.slurm
 export SLURM_DIR
 
-.PHONY: venv focus-venv run simulate test test-unit lint typecheck bench slurm-up slurm-down \
+.PHONY: venv focus-venv run simulate test test-e2e test-unit lint typecheck bench slurm-up slurm-down \
         localstack-up localstack-down iac-review clean
 
 venv: $(STAMP)
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 
 # The main job on the embedded default: no cloud account, no Slurm install needed.
 run: venv
-	$(BIN)/provisioner simulate --onprem-gpus 256 --boot-seconds 300 --policy default --policy never --policy immediate --policy fixed-wait:3600
+	$(BIN)/provisioner demo
 
 simulate: venv
 	$(BIN)/provisioner simulate --onprem-gpus 256 --policy default --policy never \
@@ -39,6 +39,9 @@ simulate: venv
 # All tests, the ones that need real parts included: starts the local Slurm cluster first.
 test: venv focus-venv slurm-up
 	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-e2e: venv focus-venv slurm-up
+	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q -m e2e $(PYTEST_ARGS)
 
 test-unit: venv
 	$(BIN)/python -m pytest -q -m "not slurm and not e2e" $(PYTEST_ARGS)

@@ -141,8 +141,8 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
                     budget = d.wait_budget_s or 0.0
                     echo(
                         f"  + burst {su.nodes} x {su.offer} (${su.usd_per_hour_per_node}/h) for "
-                        f"{len(su.job_ids)} job(s): predicted wait {_hm(wait)} > budget "
-                        f"{_hm(budget)}  [{d.decision_id}]"
+                        f"{len(su.job_ids)} job(s): on-prem start in {_hm(wait)}, past its "
+                        f"waiting budget of {_hm(budget)} since submit  [{d.decision_id}]"
                     )
                 for dr in plan.drains:
                     echo(f"  - drain {dr.node} ({dr.instance_id}): idle")

@@ -175,8 +175,14 @@ class _Planner:
     # ---- helpers -------------------------------------------------------------------------
 
     def _decide(self, reason: ReasonCode, job_ids: Sequence[str], **kw: object) -> Decision:
+        detail = kw.get("detail") or {}
+        assert isinstance(detail, dict)
+        # Decisions without jobs (drain, terminate, keep) are told apart by what they are about.
+        about = [f"{k}={v}" for k, v in sorted(detail.items())] if not job_ids else []
         d = Decision(
-            decision_id=decision_id(self.now, reason, *job_ids, str(kw.get("chosen") or "")),
+            decision_id=decision_id(
+                self.now, reason, *job_ids, *about, str(kw.get("chosen") or "")
+            ),
             reason=reason,
             job_ids=tuple(job_ids),
             **kw,  # type: ignore[arg-type]
@@ -349,12 +355,16 @@ class _Planner:
             node = by_instance.get(inst.instance_id)
             if node is not None and node.state.usable:
                 continue
+            # Slurm may already have placed jobs on a node that is still powering up.
+            free = inst.gpus if node is None else max(0, inst.gpus - node.gpus_alloc)
+            if free <= 0:
+                continue
             nodes.append(
                 _OpenNode(
                     inst.pool,
                     inst.offer,
                     inst.gpu_model.lower(),
-                    inst.gpus,
+                    free,
                     Decimal(0),
                     inst.gpus,
                     inst.offer.capacity is CapacityType.SPOT,

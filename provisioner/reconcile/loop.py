@@ -568,16 +568,8 @@ class Reconciler:
         # NVML: each node carries its fresh samples only (none: "no NVML sample")
         loads = gpu_load_from_store(self.store, now, self.config.telemetry_max_age_s)
         snap = attach_gpu_load(replace(snap, nodes=tuple(nodes)), loads)
-        states = {n.name: n for n in snap.nodes}
-        instances = []
-        for si in live:
-            inst = si.instance
-            node = states.get(inst.node_name) if inst.node_name else None
-            if inst.state in _IN_FLIGHT and node is not None and node.gpus_alloc:
-                # Slurm already placed jobs on the node this instance is booting for: only the
-                # rest of its GPUs can still cover pending jobs.
-                inst = replace(inst, gpus=max(0, node.gpus - node.gpus_alloc))
-            instances.append(inst)
+        # The planner counts only the GPUs Slurm has not yet placed jobs on (via instance_id).
+        instances = [si.instance for si in live]
         instances += self._placeholders(live, now)
         op = self.store.operator_state()
         return replace(

@@ -259,3 +259,55 @@ def test_job_of_another_gpu_model_never_waits_on_prem() -> None:
     (up,) = p.scale_ups
     assert up.offer.instance_type == "g6"
     assert isinstance(up, ScaleUp)
+
+
+def test_booting_node_already_holding_jobs_offers_only_its_free_gpus() -> None:
+    inst = CloudInstance(
+        instance_id="i-1",
+        pool="aws-a100",
+        offer=OfferKey("aws", "us-east-1", "p4d.24xlarge", CapacityType.SPOT),
+        gpu_model="A100",
+        gpus=8,
+        price_usd_hr=Decimal("8"),
+        state=InstanceState.JOINING,
+        launched_ts=T0 - 60,
+        node_name="b1",
+    )
+    booting = Node(
+        name="b1",
+        kind=NodeKind.BURST,
+        gpus=8,
+        gpus_alloc=6,
+        gpu_type="a100",
+        state=NodeState.POWERING_UP,
+        pool="aws-a100",
+        instance_id="i-1",
+    )
+    p = plan(
+        snap(pending("a", 2, 100), pending("b", 2, 100), nodes=(*FULL, booting), instances=(inst,)),
+        policy(),
+        catalog(),
+        Backoff(),
+        T0,
+    )
+    r = reasons(p)
+    assert r["a"] is ReasonCode.COVERED_BY_INFLIGHT
+    assert r["b"] is ReasonCode.BURST_WAIT_EXCEEDS_BUDGET
+
+
+def test_decisions_about_different_instances_have_different_ids() -> None:
+    def joining(i: str) -> CloudInstance:
+        return CloudInstance(
+            instance_id=i,
+            pool="aws-a100",
+            offer=OfferKey("aws", "us-east-1", "p4d.24xlarge", CapacityType.SPOT),
+            gpu_model="A100",
+            gpus=8,
+            price_usd_hr=Decimal("8"),
+            state=InstanceState.JOINING,
+            launched_ts=T0 - 3600,
+        )
+
+    p = plan(snap(instances=(joining("i-1"), joining("i-2"))), policy(), catalog(), Backoff(), T0)
+    ids = [t.decision.decision_id for t in p.terminations]
+    assert len(ids) == 2 and len(set(ids)) == 2
