@@ -55,22 +55,6 @@ class Catalog:
     def for_model(self, gpu_model: str) -> tuple[Offer, ...]:
         return self._by_model.get(gpu_model.lower(), ())
 
-    @classmethod
-    def flat_rate(cls, usd_per_gpu_hour: Decimal, gpu_model: str, gpus_per_node: int) -> Catalog:
-        """The published simulators' model: one on-demand price per GPU-hour, no spot."""
-        offer = Offer(
-            cloud="flat",
-            region="any",
-            instance_type=f"gpu-x{gpus_per_node}",
-            gpu_model=gpu_model,
-            gpus_per_node=gpus_per_node,
-            gpu_mem_gb=None,
-            vcpus=0,
-            mem_gb=0.0,
-            ondemand_usd_hr=usd_per_gpu_hour * gpus_per_node,
-        )
-        return cls((offer,), source=f"flat ${usd_per_gpu_hour}/GPU-h")
-
 
 def _dec(value: str, path: str, line: int, column: str) -> Decimal:
     try:
