@@ -1,0 +1,157 @@
+"""What every step of a reconcile pass shares: the injected dependencies (`ReconcilerDeps`), the
+loop's settings (`LoopConfig`), the pass report, the crash points `hook(step)` marks, and
+`PassContext`, the lookups over the policy, the catalog and the store the steps have in common.
+
+`PassContext` copies the policy, catalog, store and settings once (as the reconciler does); the
+rest of the deps (clock, observer, clouds, Slurm ports, hook) are read from `deps` at each use,
+so a replaced port takes effect on the next call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from provisioner.act.actuator import CloudPorts
+from provisioner.act.ports import PoolSpec
+from provisioner.act.specs import NodeImages, UserDataFn, spec_for_offer
+from provisioner.clock import Clock
+from provisioner.config.models import Policy, PoolPolicy
+from provisioner.domain.offers import Offer, OfferKey
+from provisioner.observe.slurm import SlurmObserver
+from provisioner.plan.catalog import Catalog
+from provisioner.reconcile.ports import JobControl, NodeControl, NodeLauncher
+from provisioner.reconcile.store import Store, StoredInstance
+from provisioner.register.power_queue import PowerRequestQueue
+
+# Where a crash matters; `hook(step)` is called at each (tests raise or SIGKILL there).
+STEP_SCALE_UP_AFTER_INTENT = "scale_up.after_intent"
+STEP_SCALE_UP_AFTER_CLOUD = "scale_up.after_cloud"
+STEP_SCALE_UP_BEFORE_REGISTER = "scale_up.before_register"
+STEP_DRAIN_AFTER_SLURM = "scale_down.during_drain"
+STEP_TERMINATE_AFTER_INTENT = "terminate.after_intent"
+STEP_TERMINATE_AFTER_CLOUD = "terminate.after_cloud"
+STEPS = (
+    STEP_SCALE_UP_AFTER_INTENT,
+    STEP_SCALE_UP_AFTER_CLOUD,
+    STEP_SCALE_UP_BEFORE_REGISTER,
+    STEP_DRAIN_AFTER_SLURM,
+    STEP_TERMINATE_AFTER_INTENT,
+    STEP_TERMINATE_AFTER_CLOUD,
+)
+
+Hook = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    orphan_grace_s: float = 120.0  # must exceed one tick
+    retry_terminate_s: float = 120.0
+    unbound_timeout_s: float = 600.0  # an instance Slurm asked no node for is let go
+    # Slurm-driven: a CLOUD node Slurm powers up on its own (a job submitted straight to a burst
+    # partition, or placed on another node than the one in flight) gets an instance.
+    serve_slurm_power_ups: bool = True
+    telemetry_max_age_s: float = 300.0
+    settle_s: float = 0.0  # accountant: bill live instances up to now - settle_s
+    intent_window_s: float = 3600.0  # scale-up intents read back for adoption
+    placeholder_s: float = 600.0  # launched-but-not-yet-listed capacity counts this long
+    terminal_window_s: float = 86_400.0  # closed records kept in view for the sweep
+
+
+@dataclass
+class ReconcilerDeps:
+    store: Store
+    clock: Clock
+    policy: Policy
+    catalog: Catalog
+    observer: SlurmObserver | None = None
+    node_control: NodeControl | None = None
+    job_control: JobControl | None = None
+    clouds: Mapping[str, CloudPorts] = field(default_factory=dict)
+    images: NodeImages = field(default_factory=NodeImages)
+    user_data: UserDataFn | None = None
+    gcp_project: str = ""
+    launcher: NodeLauncher | None = None
+    power_queue: PowerRequestQueue | None = None
+    hook: Hook | None = None
+    config: LoopConfig = field(default_factory=LoopConfig)
+
+
+@dataclass
+class PassReport:
+    now_ts: float
+    stale: bool = False
+    decisions: int = 0
+    decisions_recorded: int = 0
+    scale_ups: int = 0
+    nodes_requested: int = 0
+    nodes_placed: int = 0
+    adopted: int = 0
+    drained: int = 0
+    terminated: int = 0
+    jobs_moved: int = 0
+    ledger_rows: int = 0
+    ledger_usd: Decimal = Decimal(0)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class PassContext:
+    """The deps plus the lookups several steps need: the clock, the crash hook, pools, offers,
+    pool specs and the instance records in view."""
+
+    def __init__(self, deps: ReconcilerDeps) -> None:
+        self.deps = deps
+        self.store = deps.store
+        self.policy = deps.policy
+        self.catalog = deps.catalog
+        self.config = deps.config
+        self.controller = deps.policy.controller
+        self._offers: dict[tuple[str, str, str], Offer] = {
+            (o.cloud, o.region, o.instance_type): o for o in self.catalog
+        }
+
+    def now(self) -> float:
+        return self.deps.clock.now().timestamp()
+
+    def hook(self, step: str) -> None:
+        if self.deps.hook is not None:
+            self.deps.hook(step)
+
+    def records(self, now: float) -> list[StoredInstance]:
+        keep = now - self.config.terminal_window_s
+        return [
+            si
+            for si in self.store.instances()
+            if not si.instance.state.terminal or (si.ended_ts or now) >= keep
+        ]
+
+    def pool(self, name: str) -> PoolPolicy | None:
+        try:
+            return self.policy.pool(name)
+        except KeyError:
+            return None
+
+    def offer(self, key: OfferKey) -> Offer | None:
+        return self._offers.get((key.cloud, key.region, key.instance_type))
+
+    def images_for(self, pool: PoolPolicy) -> NodeImages:
+        if pool.image:
+            return NodeImages({pool.cloud: pool.image})
+        return self.deps.images
+
+    def spec(self, pool: PoolPolicy, key: OfferKey, decision: str) -> PoolSpec | None:
+        offer = self.offer(key)
+        if offer is None:
+            return None
+        return spec_for_offer(
+            self.policy,
+            pool,
+            offer,
+            key.capacity,
+            images=self.images_for(pool),
+            decision_id=decision,
+            user_data=self.deps.user_data,
+            project=self.deps.gcp_project,
+        )

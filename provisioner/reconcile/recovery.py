@@ -1,0 +1,86 @@
+"""Recover: the intents a crashed pass left pending, settled at the start of the next pass.
+
+Every cloud call is preceded by an intent in the store, so an intent still pending when a pass
+starts means the controller stopped around that call: the cloud is asked whether it happened
+(a scale-up: is the group at its target size? a termination: terminate again, idempotently).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from provisioner.act.actuator import terminate_instance
+from provisioner.act.ports import CloudState, OwnedInstance
+from provisioner.domain.errors import CloudError
+from provisioner.domain.offers import OfferKey
+from provisioner.reconcile.actuation import terminating_moves
+from provisioner.reconcile.context import PassContext, PassReport
+from provisioner.reconcile.outcomes import error_code
+from provisioner.reconcile.store import Intent
+
+log = logging.getLogger("provisioner.loop")
+
+
+def recover_intents(ctx: PassContext, now: float, report: PassReport) -> None:
+    """Intents still pending at the start of a pass were left by a pass that did not finish
+    (a crash): find out from the cloud whether the call happened."""
+    for it in ctx.store.pending_intents():
+        try:
+            if it.kind == "scale_up":
+                _recover_scale_up(ctx, it, now)
+            elif it.kind == "terminate":
+                _recover_terminate(ctx, it, now)
+            else:
+                ctx.store.fail_intent(it.token, now, "unknown_kind", it.kind)
+        except CloudError as err:
+            report.errors.append(f"recover {it.token[:8]}: {error_code(err)}")
+            log.warning("recovering intent %s failed: %s", it.token, err)
+
+
+def _recover_scale_up(ctx: PassContext, it: Intent, now: float) -> None:
+    pool = ctx.pool(it.pool)
+    ports = ctx.deps.clouds.get(pool.cloud) if pool is not None else None
+    spec = ctx.spec(pool, OfferKey.parse(it.offer), it.decision_id) if pool else None
+    if pool is None or ports is None or spec is None:
+        ctx.store.fail_intent(it.token, now, "recover:unknown_pool", it.pool)
+        return
+    status = ports.capacity.group_status(spec)
+    target = int(it.payload.get("target", 0) or 0)
+    if status.exists and status.desired >= target > 0:
+        ctx.store.confirm(
+            it.token, now, result={"added": it.nodes, "target": target, "recovered": True}
+        )
+        log.info("recovered scale-up %s: the resize took effect", it.token)
+    else:
+        ctx.store.fail_intent(
+            it.token, now, "recover:not_sent", "the controller stopped before the cloud call"
+        )
+        log.info("recovered scale-up %s: the resize never happened", it.token)
+
+
+def _recover_terminate(ctx: PassContext, it: Intent, now: float) -> None:
+    p = it.payload
+    owned = OwnedInstance(
+        instance_id=it.instance_id,
+        cloud=str(p.get("cloud", "")),
+        region=str(p.get("region", "")),
+        zone=str(p.get("zone", "")),
+        instance_type=str(p.get("instance_type", "")),
+        state=CloudState.RUNNING,
+        launched_ts=0.0,
+        group=str(p.get("group", "")),
+    )
+    ports = ctx.deps.clouds.get(owned.cloud)
+    if ports is None:
+        ctx.store.fail_intent(it.token, now, "recover:unknown_cloud", owned.cloud)
+        return
+    err = terminate_instance(owned, it.decision_id, ports.capacity)
+    if err is not None:
+        ctx.store.fail_intent(it.token, now, error_code(err), str(err))
+        return
+    ctx.store.confirm(
+        it.token,
+        now,
+        transitions=terminating_moves(ctx.store, it.instance_id, str(p.get("reason", ""))),
+    )
+    log.info("recovered termination of %s", it.instance_id)

@@ -1,0 +1,170 @@
+"""Observe, and the planner's view of what was observed.
+
+`observe` takes the Slurm snapshot (stale, never raising, when Slurm does not answer);
+`list_owned` the clouds' instances carrying this controller's tags. `enrich` then adds what the
+store knows: each burst node's instance, the fresh NVML samples, the instances live and the
+launches not listed yet (`placeholders`), the spend the hard budgets need, and the pause switch.
+`EffectivePolicy` is the policy as the planner sees it, drained pools closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from decimal import Decimal
+
+from provisioner.account.budgets import budget_status
+from provisioner.act.actuator import CloudPorts
+from provisioner.act.ports import OwnedInstance
+from provisioner.config.models import Policy
+from provisioner.domain.errors import CloudError, ProvisionerError
+from provisioner.domain.instances import CloudInstance, InstanceState
+from provisioner.domain.nodes import NodeKind
+from provisioner.domain.offers import OfferKey
+from provisioner.domain.snapshot import ClusterSnapshot, SpendState
+from provisioner.observe.gpu_load import attach_gpu_load, gpu_load_from_store
+from provisioner.observe.slurm import SlurmObserver, observe_or_stale
+from provisioner.reconcile.context import PassContext, PassReport
+from provisioner.reconcile.outcomes import error_code
+from provisioner.reconcile.store import Store, StoredInstance
+
+log = logging.getLogger("provisioner.loop")
+
+S = InstanceState
+
+_IN_FLIGHT = (S.REQUESTED, S.ALLOCATED, S.JOINING)
+
+
+def observe(
+    observer: SlurmObserver | None, previous: ClusterSnapshot | None, now: float
+) -> ClusterSnapshot:
+    if observer is None:
+        return ClusterSnapshot(taken_ts=now)
+    prev = previous
+    if prev is not None:
+        prev = replace(prev, instances=(), spend=SpendState())
+    try:
+        return observe_or_stale(observer, previous=prev, now_ts=now)
+    except ProvisionerError as exc:  # an observer raising beyond its contract
+        base = prev or ClusterSnapshot(taken_ts=now)
+        return base.mark_stale(f"slurm: {exc}")
+
+
+def list_owned(
+    clouds: Mapping[str, CloudPorts], controller: str, report: PassReport
+) -> tuple[list[OwnedInstance], bool]:
+    owned: list[OwnedInstance] = []
+    complete = True
+    for cloud, ports in sorted(clouds.items()):
+        try:
+            owned.extend(ports.capacity.list_owned(controller))
+        except CloudError as err:
+            complete = False
+            report.errors.append(f"list {cloud}: {error_code(err)}")
+            log.warning("listing %s instances failed: %s", cloud, err)
+    return owned, complete
+
+
+def enrich(ctx: PassContext, snap: ClusterSnapshot, now: float) -> ClusterSnapshot:
+    store = ctx.store
+    live = store.instances(live_only=True)
+    by_node = {si.instance.node_name: si.instance for si in live if si.instance.node_name}
+    nodes = []
+    for n in snap.nodes:
+        inst = by_node.get(n.name) if n.kind is NodeKind.BURST else None
+        if inst is not None:
+            n = replace(n, instance_id=inst.instance_id, pool=inst.pool)
+        nodes.append(n)
+    # NVML: each node carries its fresh samples only (none: "no NVML sample")
+    loads = gpu_load_from_store(store, now, ctx.config.telemetry_max_age_s)
+    snap = attach_gpu_load(replace(snap, nodes=tuple(nodes)), loads)
+    # The planner counts only the GPUs Slurm has not yet placed jobs on (via instance_id).
+    instances = [si.instance for si in live]
+    instances += placeholders(ctx, live, now)
+    op = store.operator_state()
+    return replace(
+        snap,
+        instances=tuple(instances),
+        spend=spend(store, live, instances, now),
+        paused=op.paused,
+    )
+
+
+def placeholders(
+    ctx: PassContext, live: Sequence[StoredInstance], now: float
+) -> list[CloudInstance]:
+    """Capacity a confirmed scale-up asked for that the listing does not show yet: counted
+    as requested so the next pass does not buy it twice."""
+    seen: dict[str, int] = {}
+    for si in ctx.store.instances(live_only=False):
+        if si.intent_token:
+            seen[si.intent_token] = seen.get(si.intent_token, 0) + 1
+    out: list[CloudInstance] = []
+    since = now - ctx.config.placeholder_s
+    for it in ctx.store.intents(kind="scale_up", status="confirmed", since_ts=since):
+        missing = int(it.result.get("added", 0) or 0) - seen.get(it.token, 0)
+        if missing <= 0 or it.result.get("recovered"):
+            continue
+        pool = ctx.pool(it.pool)
+        if pool is None:
+            continue
+        for i in range(missing):
+            out.append(
+                CloudInstance(
+                    instance_id=f"pending:{it.token[:8]}:{i}",
+                    pool=it.pool,
+                    offer=OfferKey.parse(it.offer),
+                    gpu_model=str(it.payload.get("gpu_model", "")),
+                    gpus=int(it.payload.get("gpus", 0) or 0),
+                    price_usd_hr=it.price_usd_hr or Decimal(0),
+                    state=S.REQUESTED,
+                    launched_ts=it.created_ts,
+                    decision_id=it.decision_id,
+                )
+            )
+    return out
+
+
+def spend(
+    store: Store, live: Sequence[StoredInstance], instances: Sequence[CloudInstance], now: float
+) -> SpendState:
+    burn = sum((i.price_usd_hr for i in instances), Decimal(0))
+    status = budget_status(store, now)
+    spent = {t.team: t.spent_usd for t in status.teams}
+    committed: dict[str, Decimal] = {}
+    teams = {si.instance.instance_id: si.team for si in live}
+    for inst in instances:
+        if inst.state not in _IN_FLIGHT:
+            continue
+        d = store.decision(inst.decision_id) if inst.decision_id else None
+        if d is None:
+            continue
+        chosen = next((a for a in d.decision.alternatives if a.chosen), None)
+        if chosen is None:
+            continue
+        team = teams.get(inst.instance_id, d.decision.team)
+        committed[team] = committed.get(team, Decimal(0)) + chosen.expected_cost_usd
+    return SpendState(burn, spent, committed)
+
+
+class EffectivePolicy:
+    """The policy the planner plans with; the variant for a set of drained pools is cached."""
+
+    def __init__(self, store: Store, policy: Policy) -> None:
+        self.store = store
+        self.policy = policy
+        self._drained_policy: tuple[frozenset[str], Policy] | None = None
+
+    def current(self) -> Policy:
+        """Drained pools take no new nodes: the planner sees them with max_nodes 0."""
+        drained = frozenset(self.store.operator_state().drained_pools)
+        if not drained:
+            return self.policy
+        if self._drained_policy is None or self._drained_policy[0] != drained:
+            pools = [
+                p.model_copy(update={"max_nodes": 0}) if p.name in drained else p
+                for p in self.policy.pools
+            ]
+            self._drained_policy = (drained, self.policy.model_copy(update={"pools": pools}))
+        return self._drained_policy[1]
