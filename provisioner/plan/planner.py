@@ -272,10 +272,16 @@ class _Planner:
         out: list[tuple[Job, WaitPolicy, float, float, float]] = []
         now = self.now
         pending = sorted(self.snap.pending, key=lambda j: (j.submit_ts, j.job_id))
+        waiting = self.policy.waiting
+        fallback = self.policy.onprem.fallback_runtime_s
+        policies: dict[tuple[str, str], WaitPolicy] = {}
         for job in pending:
-            wp = self.policy.waiting.for_job(job.partition, job.qos)
-            runtime = _runtime(job, self.policy)
-            model = (job.gpu_type or self.onprem_model).lower()
+            wp = policies.get((job.partition, job.qos))
+            if wp is None:
+                wp = policies[(job.partition, job.qos)] = waiting.for_job(job.partition, job.qos)
+            est = job.runtime_estimate_s
+            runtime = est if est is not None else (wp.default_runtime_s or fallback)
+            model = job.gpu_type.lower() if job.gpu_type else self.onprem_model
             placement: Placement | None = None
             onprem_ok = model in self.onprem_models and self._runs_onprem(job)
             if onprem_ok:
@@ -288,7 +294,7 @@ class _Planner:
             else:
                 ranked = self._ranked(job, model, wp, runtime, urgent)
                 cheapest = ranked[0].expected_cost(runtime, self.policy.spot) if ranked else None
-                budget = wp.budget_s(job.gpus, job.runtime_estimate_s, cheapest)
+                budget = wp.budget_s(job.gpus, est, cheapest)
                 boot = ranked[0].boot_s if ranked else INF
                 # Only a start by the budget (or before a cloud node could boot) matters.
                 latest = now if urgent else max(job.submit_ts + budget, now + boot)

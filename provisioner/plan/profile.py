@@ -31,6 +31,7 @@ class Placement:
 
 class OnPremProfile:
     __slots__ = (
+        "_fails",
         "_heaps",
         "_now",
         "_version",
@@ -57,6 +58,10 @@ class OnPremProfile:
         self._heaps: dict[int, list[tuple[float, int, int]]] = {}
         # [time, nodes with a GPU free then (node order), count of leading nodes now full]
         self._now: tuple[float, list[int], int] = (-INF, [], 0)
+        # (gpus, not_before, latest) -> shortest duration that found no start by `latest`.
+        # Reservations only take GPUs away, so a longer job cannot fit either: thousands of
+        # jobs that will burst skip the search. Cleared whenever GPUs are given back.
+        self._fails: dict[tuple[int, float, float], float] = {}
 
     @classmethod
     def idle(cls, nodes: int, gpus_per_node: int, now_ts: float) -> OnPremProfile:
@@ -80,6 +85,7 @@ class OnPremProfile:
         twin._version = list(self._version)
         twin._heaps = {g: list(h) for g, h in self._heaps.items()}
         twin._now = (self._now[0], list(self._now[1]), self._now[2])
+        twin._fails = dict(self._fails)
         return twin
 
     # ---- queries ---------------------------------------------------------------------------
@@ -152,15 +158,30 @@ class OnPremProfile:
         whether a job starts within its budget save the search past it."""
         if gpus <= 0:
             return Placement(not_before, (), ())
+        fails = self._fails
         if gpus > self.gpus_per_node:
+            fail_key = (gpus, not_before, latest)
+            if fails.get(fail_key, INF) <= duration:
+                return None
             p = self._earliest_multi(gpus, not_before, duration)
-            return p if p is not None and p.start_ts <= latest else None
+            if p is not None and p.start_ts <= latest:
+                return p
+            if latest < INF:
+                fails[fail_key] = min(duration, fails.get(fail_key, INF))
+            return None
         # 1. first fit among nodes that can start it at once
-        if not known_not_now:
+        now_key = (gpus, not_before, not_before)
+        if not known_not_now and fails.get(now_key, INF) > duration:
             for i in self._free_nodes(not_before):
                 if self._fit(i, gpus, duration, not_before) == not_before:
                     return Placement(not_before, (i,), (gpus,))
+            if latest == not_before:
+                fails[now_key] = min(duration, fails.get(now_key, INF))
+                return None
         # 2. best start later: nodes in order of a lower bound, stop when it cannot win
+        fail_key = (gpus, not_before, latest)
+        if latest < INF and fails.get(fail_key, INF) <= duration:
+            return None
         h = self._heap(gpus)
         best, best_i = INF, -1
         stale: list[tuple[float, int, int]] = []
@@ -178,6 +199,8 @@ class OnPremProfile:
         for item in stale:
             heapq.heappush(h, item)
         if best_i < 0 or best == INF or best > latest:
+            if latest < INF:
+                fails[fail_key] = min(duration, fails.get(fail_key, INF))
             return None
         return Placement(best, (best_i,), (gpus,))
 
@@ -262,8 +285,10 @@ class OnPremProfile:
         v = self._version[i]
         for size, h in self._heaps.items():
             heapq.heappush(h, (self._first_at_least(i, size), i, v))
-        if delta > 0 and start <= self._now[0] < end:
-            self._now = (-INF, [], 0)  # a node may have room again
+        if delta > 0:
+            self._fails.clear()
+            if start <= self._now[0] < end:
+                self._now = (-INF, [], 0)  # a node may have room again
 
     def _merge(self, i: int) -> None:
         times, free = self.times[i], self.free[i]
