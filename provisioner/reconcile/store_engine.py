@@ -1,0 +1,87 @@
+"""The store's engine and sessions: SQLite (WAL) or PostgreSQL by URL, migrations on open,
+and the write-transaction / read-session pair every store concern builds on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+from provisioner.reconcile import migrations
+
+DEFAULT_URL = "sqlite:///provisioner.sqlite"
+
+
+def make_engine(url: str, *, echo: bool = False) -> Engine:
+    """An engine for `url`. SQLite files get WAL, foreign keys and a busy timeout; in-memory
+    SQLite shares one connection so every session sees the same database."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return create_engine(url, echo=echo, pool_pre_ping=True)
+    memory = u.database in (None, "", ":memory:")
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+    if memory:
+        kwargs["poolclass"] = StaticPool
+    engine = create_engine(url, echo=echo, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not pysqlite, decide when transactions begin (see _on_begin).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        if not memory:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=10000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Writers take the write lock up front so a read-then-write never fails half-way.
+        immediate = conn.get_execution_options().get("sqlite_immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class StoreBase:
+    """The engine and sessions of the controller's database; each store concern extends it."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        migrate: bool = True,
+        echo: bool = False,
+        engine: Engine | None = None,
+    ) -> None:
+        self.engine = engine or make_engine(url, echo=echo)
+        self.dialect = self.engine.dialect.name
+        writer = self.engine.execution_options(sqlite_immediate=True)
+        self._write = sessionmaker(writer, expire_on_commit=False)
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        if migrate:
+            self.migrate()
+
+    def migrate(self) -> None:
+        migrations.upgrade(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """One write transaction: committed on success, rolled back on any exception."""
+        with self._write.begin() as session:
+            yield session
+
+    @contextmanager
+    def reading(self) -> Iterator[Session]:
+        with self._read() as session:
+            yield session

@@ -1,0 +1,372 @@
+"""Intents (written before each cloud call) and the instances they create, with each
+instance's lifecycle history."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from provisioner.domain.instances import (
+    DEFAULT_STATE_TIMEOUTS_S,
+    CloudInstance,
+    InstanceState,
+    Transition,
+)
+from provisioner.domain.offers import CapacityType, OfferKey
+from provisioner.reconcile.models import InstanceRow, InstanceTransitionRow, IntentRow
+from provisioner.reconcile.store_engine import StoreBase
+from provisioner.reconcile.store_records import Intent, NotFound, StoredInstance, StoreError
+
+
+class InstanceStore(StoreBase):
+    # ------------------------------------------------------------------ intents and instances
+
+    def record_intent(
+        self,
+        kind: str,
+        token: str,
+        now_ts: float,
+        *,
+        pool: str = "",
+        offer: OfferKey | str | None = None,
+        nodes: int = 0,
+        instance_id: str = "",
+        decision_id: str = "",
+        team: str = "",
+        price_usd_hr: Decimal | None = None,
+        payload: Mapping[str, Any] | None = None,
+    ) -> Intent:
+        """Write what is about to be asked of the cloud. Idempotent per token: recording the
+        same token again returns the intent already stored."""
+        if not token:
+            raise StoreError("an intent needs an idempotency token")
+        with self.transaction() as s:
+            row = s.get(IntentRow, token)
+            if row is None:
+                row = IntentRow(
+                    token=token,
+                    kind=kind,
+                    status="pending",
+                    pool=pool,
+                    offer=str(offer) if offer is not None else "",
+                    nodes=nodes,
+                    instance_id=instance_id,
+                    decision_id=decision_id,
+                    team=team,
+                    price_usd_hr=price_usd_hr,
+                    payload=dict(payload or {}),
+                    created_ts=now_ts,
+                    error_code="",
+                    error="",
+                    result={},
+                )
+                s.add(row)
+            return _intent(row)
+
+    def confirm(
+        self,
+        token: str,
+        now_ts: float,
+        *,
+        instances: Sequence[CloudInstance] = (),
+        transitions: Sequence[tuple[str, InstanceState, str]] = (),
+        result: Mapping[str, Any] | None = None,
+    ) -> Intent:
+        """The cloud call of intent `token` took effect: store the instances it created and the
+        lifecycle steps it caused, and mark the intent confirmed, all in one transaction.
+        Confirming twice is harmless: instances already stored are not duplicated."""
+        with self.transaction() as s:
+            row = s.get(IntentRow, token)
+            if row is None:
+                raise NotFound(f"no intent with token {token!r}")
+            for inst in instances:
+                if s.get(InstanceRow, inst.instance_id) is None:
+                    s.add(_new_instance_row(inst, team=row.team, intent_token=token))
+            for instance_id, to, reason in transitions:
+                _transition(s, instance_id, to, now_ts, reason)
+            if row.status != "confirmed":
+                row.status = "confirmed"
+                row.completed_ts = now_ts
+                merged = dict(row.result or {})
+                merged.update(result or {})
+                if instances:
+                    merged["instance_ids"] = sorted(
+                        {*merged.get("instance_ids", []), *(i.instance_id for i in instances)}
+                    )
+                row.result = merged
+            return _intent(row)
+
+    def fail_intent(self, token: str, now_ts: float, error_code: str, error: str = "") -> Intent:
+        with self.transaction() as s:
+            row = s.get(IntentRow, token)
+            if row is None:
+                raise NotFound(f"no intent with token {token!r}")
+            if row.status == "pending":
+                row.status = "failed"
+                row.completed_ts = now_ts
+                row.error_code = error_code[:64]
+                row.error = error[:2000]
+            return _intent(row)
+
+    def intent(self, token: str) -> Intent | None:
+        with self.reading() as s:
+            row = s.get(IntentRow, token)
+            return _intent(row) if row else None
+
+    def pending_intents(self, kind: str | None = None) -> list[Intent]:
+        q = select(IntentRow).where(IntentRow.status == "pending")
+        if kind:
+            q = q.where(IntentRow.kind == kind)
+        with self.reading() as s:
+            return [_intent(r) for r in s.scalars(q.order_by(IntentRow.created_ts))]
+
+    def intents(
+        self,
+        *,
+        kind: str | None = None,
+        status: str | None = None,
+        since_ts: float | None = None,
+        limit: int | None = None,
+    ) -> list[Intent]:
+        """Intents, oldest first, filtered by kind, status and creation time (the loop reads
+        recent scale-ups to adopt the instances they launched and to rebuild the back-off)."""
+        q = select(IntentRow)
+        if kind:
+            q = q.where(IntentRow.kind == kind)
+        if status:
+            q = q.where(IntentRow.status == status)
+        if since_ts is not None:
+            q = q.where(IntentRow.created_ts >= since_ts)
+        q = q.order_by(IntentRow.created_ts, IntentRow.token)
+        if limit is not None:
+            q = q.limit(limit)
+        with self.reading() as s:
+            return [_intent(r) for r in s.scalars(q)]
+
+    def failed_intent_counts(self, kind: str = "scale_up") -> dict[str, int]:
+        q = (
+            select(IntentRow.error_code, func.count())
+            .where(IntentRow.status == "failed", IntentRow.kind == kind)
+            .group_by(IntentRow.error_code)
+        )
+        with self.reading() as s:
+            return {code or "unknown": int(n) for code, n in s.execute(q)}
+
+    def add_instance(
+        self, inst: CloudInstance, *, team: str = "", intent_token: str = ""
+    ) -> StoredInstance:
+        """Store an instance found by passive sync (by tag). Kept as is if already stored."""
+        with self.transaction() as s:
+            row = s.get(InstanceRow, inst.instance_id)
+            if row is None:
+                row = _new_instance_row(inst, team=team, intent_token=intent_token)
+                s.add(row)
+                s.flush()
+            return _stored_instance(row)
+
+    def transition(
+        self, instance_id: str, to: InstanceState, at_ts: float, reason: str
+    ) -> CloudInstance:
+        """Move an instance along the domain's transition table, recording the step.
+        Raises `IllegalTransition` for a step the table forbids, `NotFound` for no instance."""
+        with self.transaction() as s:
+            return _transition(s, instance_id, to, at_ts, reason)
+
+    def set_node_name(self, instance_id: str, node_name: str) -> None:
+        with self.transaction() as s:
+            row = s.get(InstanceRow, instance_id)
+            if row is None:
+                raise NotFound(f"no instance {instance_id!r}")
+            row.node_name = node_name
+
+    def instance(self, instance_id: str) -> StoredInstance | None:
+        with self.reading() as s:
+            row = s.get(InstanceRow, instance_id, options=[selectinload(InstanceRow.history)])
+            return _stored_instance(row) if row else None
+
+    def instances(
+        self,
+        *,
+        states: Iterable[InstanceState | str] | None = None,
+        pool: str | None = None,
+        live_only: bool = False,
+        needs_billing: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[StoredInstance]:
+        """Instances, filtered. `needs_billing`: alive, or ended but not billed to the end yet
+        (the accountant's work list)."""
+        q = select(InstanceRow).options(selectinload(InstanceRow.history))
+        if states is not None:
+            q = q.where(InstanceRow.state.in_([str(x) for x in states]))
+        if live_only:
+            q = q.where(InstanceRow.state.not_in([InstanceState.TERMINATED, InstanceState.FAILED]))
+        if needs_billing:
+            q = q.where(
+                InstanceRow.state.not_in([InstanceState.TERMINATED, InstanceState.FAILED])
+                | InstanceRow.billed_until_ts.is_(None)
+                | InstanceRow.ended_ts.is_(None)
+                | (InstanceRow.billed_until_ts < InstanceRow.ended_ts)
+            )
+        if pool:
+            q = q.where(InstanceRow.pool == pool)
+        q = q.order_by(InstanceRow.launched_ts, InstanceRow.instance_id).offset(offset)
+        if limit is not None:
+            q = q.limit(limit)
+        with self.reading() as s:
+            return [_stored_instance(r) for r in s.scalars(q)]
+
+    def timed_out(
+        self, now_ts: float, timeouts: Mapping[InstanceState, float] | None = None
+    ) -> list[CloudInstance]:
+        """Live instances that stayed in their state longer than the per-state timeout."""
+        limits = dict(timeouts or DEFAULT_STATE_TIMEOUTS_S)
+        return [
+            si.instance
+            for si in self.instances(states=limits.keys())
+            if si.instance.timed_out(now_ts, limits)
+        ]
+
+    def instance_counts(self) -> dict[str, int]:
+        with self.reading() as s:
+            rows = s.execute(select(InstanceRow.state, func.count()).group_by(InstanceRow.state))
+            return {st: int(n) for st, n in rows}
+
+    def cloud_usd_per_hour(self) -> Decimal:
+        """$/h of every instance requested or alive (in flight included)."""
+        total = Decimal(0)
+        for si in self.instances(live_only=True):
+            total += si.instance.price_usd_hr
+        return total
+
+
+# --------------------------------------------------------------------------- row <-> record
+
+
+def _intent(r: IntentRow) -> Intent:
+    return Intent(
+        token=r.token,
+        kind=r.kind,
+        status=r.status,
+        created_ts=r.created_ts,
+        pool=r.pool,
+        offer=r.offer,
+        nodes=r.nodes,
+        instance_id=r.instance_id,
+        decision_id=r.decision_id,
+        team=r.team,
+        price_usd_hr=r.price_usd_hr,
+        payload=dict(r.payload or {}),
+        completed_ts=r.completed_ts,
+        error_code=r.error_code,
+        error=r.error,
+        result=dict(r.result or {}),
+    )
+
+
+def _new_instance_row(inst: CloudInstance, *, team: str, intent_token: str) -> InstanceRow:
+    row = InstanceRow(
+        instance_id=inst.instance_id,
+        pool=inst.pool,
+        cloud=inst.offer.cloud,
+        region=inst.offer.region,
+        instance_type=inst.offer.instance_type,
+        capacity=str(inst.offer.capacity),
+        gpu_model=inst.gpu_model,
+        gpus=inst.gpus,
+        price_usd_hr=inst.price_usd_hr,
+        state=str(inst.state),
+        launched_ts=inst.launched_ts,
+        entered_state_ts=inst.entered_state_ts,
+        ended_ts=inst.entered_state_ts if inst.state.terminal else None,
+        decision_id=inst.decision_id,
+        node_name=inst.node_name,
+        team=team,
+        intent_token=intent_token,
+        billed_until_ts=None,
+        billed_seconds=0.0,
+    )
+    steps = inst.history or (Transition(None, inst.state, inst.launched_ts, "recorded"),)
+    row.history = [
+        InstanceTransitionRow(
+            seq=i,
+            from_state=str(t.from_state) if t.from_state is not None else None,
+            to_state=str(t.to_state),
+            at_ts=t.at_ts,
+            reason=t.reason,
+        )
+        for i, t in enumerate(steps)
+    ]
+    return row
+
+
+def _cloud_instance(r: InstanceRow) -> CloudInstance:
+    history = tuple(
+        Transition(
+            InstanceState(t.from_state) if t.from_state is not None else None,
+            InstanceState(t.to_state),
+            t.at_ts,
+            t.reason,
+        )
+        for t in r.history
+    )
+    return CloudInstance(
+        instance_id=r.instance_id,
+        pool=r.pool,
+        offer=OfferKey(r.cloud, r.region, r.instance_type, CapacityType(r.capacity)),
+        gpu_model=r.gpu_model,
+        gpus=r.gpus,
+        price_usd_hr=r.price_usd_hr,
+        state=InstanceState(r.state),
+        launched_ts=r.launched_ts,
+        decision_id=r.decision_id,
+        node_name=r.node_name,
+        history=history,
+    )
+
+
+def _stored_instance(r: InstanceRow) -> StoredInstance:
+    return StoredInstance(
+        instance=_cloud_instance(r),
+        team=r.team,
+        intent_token=r.intent_token,
+        ended_ts=r.ended_ts,
+        billed_until_ts=r.billed_until_ts,
+        billed_seconds=r.billed_seconds or 0.0,
+    )
+
+
+def _transition(
+    s: Session, instance_id: str, to: InstanceState, at_ts: float, reason: str
+) -> CloudInstance:
+    row = s.get(
+        InstanceRow,
+        instance_id,
+        options=[selectinload(InstanceRow.history)],
+        with_for_update=True,
+    )
+    if row is None:
+        raise NotFound(f"no instance {instance_id!r}")
+    current = _cloud_instance(row)
+    moved = current.transition(to, at_ts, reason)  # the domain's table decides
+    if moved is current:
+        return current
+    row.state = str(moved.state)
+    row.entered_state_ts = at_ts
+    if moved.state.terminal and row.ended_ts is None:
+        row.ended_ts = at_ts
+    step = moved.history[-1]
+    row.history.append(
+        InstanceTransitionRow(
+            seq=len(row.history),
+            from_state=str(step.from_state) if step.from_state is not None else None,
+            to_state=str(step.to_state),
+            at_ts=step.at_ts,
+            reason=step.reason,
+        )
+    )
+    return moved

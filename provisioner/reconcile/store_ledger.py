@@ -1,0 +1,318 @@
+"""Job usage, the ledger and its rollups. Ledger rows, their rollups and the accounting
+watermarks they move are written in one transaction, so no half-written ledger survives a crash."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import func, literal, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from provisioner.reconcile.models import (
+    GRAINS,
+    LEDGER_DIMENSIONS,
+    InstanceRow,
+    JobUsageRow,
+    LedgerRow,
+    RollupRow,
+)
+from provisioner.reconcile.store_engine import StoreBase
+from provisioner.reconcile.store_records import (
+    BillingMark,
+    ConcurrentUpdate,
+    JobUsage,
+    LedgerEntry,
+    NotFound,
+    StoreError,
+    _table,
+    day_of,
+    from_micros,
+    to_micros,
+)
+
+
+class LedgerStore(StoreBase):
+    # ------------------------------------------------------------------ job usage
+
+    def record_job_usage(self, usages: Iterable[JobUsage]) -> int:
+        """Upsert job-on-node records keyed by (job, node, start)."""
+        n = 0
+        with self.transaction() as s:
+            for u in usages:
+                row = s.scalars(
+                    select(JobUsageRow).where(
+                        JobUsageRow.job_id == u.job_id,
+                        JobUsageRow.node_name == u.node_name,
+                        JobUsageRow.start_ts == u.start_ts,
+                    )
+                ).first()
+                if row is None:
+                    row = JobUsageRow(job_id=u.job_id, node_name=u.node_name, start_ts=u.start_ts)
+                    s.add(row)
+                row.gpus = u.gpus
+                row.end_ts = u.end_ts
+                row.instance_id = u.instance_id
+                row.pool = u.pool
+                row.account = u.account
+                row.team = u.team
+                row.partition = u.partition
+                row.user = u.user
+                n += 1
+        return n
+
+    def end_job(self, job_id: str, end_ts: float) -> int:
+        """Close every open usage record of a job."""
+        with self.transaction() as s:
+            res = s.execute(
+                update(JobUsageRow)
+                .where(JobUsageRow.job_id == job_id, JobUsageRow.end_ts.is_(None))
+                .values(end_ts=end_ts)
+            )
+            return int(getattr(res, "rowcount", 0) or 0)
+
+    def job_usage(
+        self,
+        *,
+        node_name: str | None = None,
+        instance_id: str | None = None,
+        onprem_only: bool = False,
+        overlapping: tuple[float, float] | None = None,
+        unbilled_at: float | None = None,
+    ) -> list[JobUsage]:
+        """Usage records, filtered. `unbilled_at=now` keeps those that started before `now`
+        and still have time the ledger has not covered (running, or billed short of the end)."""
+        q = select(JobUsageRow)
+        if node_name is not None:
+            q = q.where(JobUsageRow.node_name == node_name)
+        if instance_id is not None:
+            q = q.where(JobUsageRow.instance_id == instance_id)
+        if onprem_only:
+            q = q.where(JobUsageRow.instance_id == "")
+        if overlapping is not None:
+            a, b = overlapping
+            q = q.where(
+                JobUsageRow.start_ts < b,
+                (JobUsageRow.end_ts.is_(None)) | (JobUsageRow.end_ts > a),
+            )
+        if unbilled_at is not None:
+            q = q.where(
+                JobUsageRow.start_ts < unbilled_at,
+                JobUsageRow.billed_until_ts.is_(None)
+                | JobUsageRow.end_ts.is_(None)
+                | (JobUsageRow.billed_until_ts < JobUsageRow.end_ts),
+            )
+        q = q.order_by(JobUsageRow.start_ts, JobUsageRow.id)
+        with self.reading() as s:
+            return [_usage(r) for r in s.scalars(q)]
+
+    # ------------------------------------------------------------------ ledger
+
+    def add_ledger(self, entries: Iterable[LedgerEntry]) -> int:
+        with self.transaction() as s:
+            return self._insert_ledger(s, entries)
+
+    def commit_billing(
+        self,
+        entries: Sequence[LedgerEntry],
+        *,
+        instance_marks: Sequence[BillingMark] = (),
+        usage_marks: Sequence[BillingMark] = (),
+    ) -> int:
+        """Write ledger rows and move the accounting watermarks in one transaction. A watermark
+        that moved since it was read aborts the whole write (`ConcurrentUpdate`)."""
+        with self.transaction() as s:
+            for m in instance_marks:
+                inst = s.get(InstanceRow, str(m.key), with_for_update=True)
+                if inst is None:
+                    raise NotFound(f"no instance {m.key!r}")
+                if inst.billed_until_ts != m.expected:
+                    raise ConcurrentUpdate(f"instance {m.key}: billed_until moved")
+                inst.billed_until_ts = m.until
+                inst.billed_seconds = (inst.billed_seconds or 0.0) + m.add_seconds
+            for m in usage_marks:
+                usage = s.get(JobUsageRow, int(m.key), with_for_update=True)
+                if usage is None:
+                    raise NotFound(f"no job usage {m.key!r}")
+                if usage.billed_until_ts != m.expected:
+                    raise ConcurrentUpdate(f"job usage {m.key}: billed_until moved")
+                usage.billed_until_ts = m.until
+            return self._insert_ledger(s, entries)
+
+    def _insert_ledger(self, s: Session, entries: Iterable[LedgerEntry]) -> int:
+        rows: list[dict[str, Any]] = []
+        totals: dict[tuple[str, ...], list[int]] = {}
+        for e in entries:
+            if e.end_ts < e.start_ts:
+                raise StoreError(f"ledger entry ends before it starts ({e.start_ts}, {e.end_ts})")
+            if day_of(e.start_ts) != day_of(max(e.start_ts, e.end_ts - 1e-6)):
+                raise StoreError("a ledger entry must not straddle a UTC midnight")
+            micros = to_micros(e.cost)
+            day = e.day
+            rows.append(
+                {
+                    "start_ts": e.start_ts,
+                    "end_ts": e.end_ts,
+                    "day": day,
+                    "kind": e.kind,
+                    "cloud": e.cloud,
+                    "region": e.region,
+                    "pool": e.pool,
+                    "instance_id": e.instance_id,
+                    "node_name": e.node_name,
+                    "offer": e.offer,
+                    "instance_type": e.instance_type,
+                    "capacity": e.capacity,
+                    "job_id": e.job_id,
+                    "team": e.team,
+                    "account": e.account,
+                    "user": e.user,
+                    "partition": e.partition,
+                    "decision_id": e.decision_id,
+                    "gpus": e.gpus,
+                    "quantity": e.quantity,
+                    "unit": e.unit,
+                    "unit_price_micros": to_micros(e.unit_price),
+                    "cost_micros": micros,
+                }
+            )
+            dims = {d: str(getattr(e, d)) for d in LEDGER_DIMENSIONS}
+            for grain, keep in enumerate(GRAINS):
+                key = (str(grain), day, *(dims[d] if d in keep else "" for d in LEDGER_DIMENSIONS))
+                acc = totals.setdefault(key, [0, 0])
+                acc[0] += micros
+                acc[1] += 1
+        if not rows:
+            return 0
+        s.execute(_table(LedgerRow).insert(), rows)
+        self._add_rollups(s, totals)
+        return len(rows)
+
+    def _add_rollups(self, s: Session, totals: Mapping[tuple[str, ...], list[int]]) -> None:
+        cols = ("grain", "day", *LEDGER_DIMENSIONS)
+        values = [
+            {
+                **dict(zip(cols, key, strict=True)),
+                "grain": int(key[0]),
+                "cost_micros": c,
+                "rows": n,
+            }
+            for key, (c, n) in totals.items()
+        ]
+        table = _table(RollupRow)
+        if self.dialect in ("sqlite", "postgresql"):
+            ins = (sqlite.insert if self.dialect == "sqlite" else postgresql.insert)(table)
+            stmt = ins.on_conflict_do_update(
+                index_elements=list(cols),
+                set_={
+                    "cost_micros": table.c.cost_micros + ins.excluded.cost_micros,
+                    "rows": table.c.rows + ins.excluded.rows,
+                },
+            )
+            for start in range(0, len(values), 500):
+                s.execute(stmt, values[start : start + 500])
+            return
+        for v in values:  # pragma: no cover - other dialects: read, then write
+            where = [table.c[c] == v[c] for c in cols]
+            res = s.execute(
+                update(table)
+                .where(*where)
+                .values(
+                    cost_micros=table.c.cost_micros + v["cost_micros"],
+                    rows=table.c.rows + v["rows"],
+                )
+            )
+            if not getattr(res, "rowcount", 0):
+                s.execute(table.insert(), [v])
+
+    def rebuild_rollups(self) -> None:
+        """Recompute every rollup from the ledger (a repair tool; normally maintained)."""
+        led = _table(LedgerRow)
+        rollup = _table(RollupRow)
+        with self.transaction() as s:
+            s.execute(rollup.delete())
+            for grain, keep in enumerate(GRAINS):
+                kept = [led.c[d] for d in LEDGER_DIMENSIONS if d in keep]
+                out = [led.c[d] if d in keep else literal("").label(d) for d in LEDGER_DIMENSIONS]
+                s.execute(
+                    rollup.insert().from_select(
+                        ["grain", "day", *LEDGER_DIMENSIONS, "cost_micros", "rows"],
+                        select(
+                            literal(grain).label("grain"),
+                            led.c.day,
+                            *out,
+                            func.sum(led.c.cost_micros),
+                            func.count(),
+                        ).group_by(led.c.day, *kept),
+                    )
+                )
+
+    def ledger_total(self, from_ts: float | None = None, to_ts: float | None = None) -> Decimal:
+        q = select(func.coalesce(func.sum(LedgerRow.cost_micros), 0))
+        if from_ts is not None:
+            q = q.where(LedgerRow.start_ts >= from_ts)
+        if to_ts is not None:
+            q = q.where(LedgerRow.start_ts < to_ts)
+        with self.reading() as s:
+            return from_micros(int(s.execute(q).scalar_one()))
+
+    def ledger_entries(
+        self, *, instance_id: str | None = None, job_id: str | None = None
+    ) -> list[LedgerEntry]:
+        q = select(LedgerRow)
+        if instance_id is not None:
+            q = q.where(LedgerRow.instance_id == instance_id)
+        if job_id is not None:
+            q = q.where(LedgerRow.job_id == job_id)
+        with self.reading() as s:
+            return [_entry(r) for r in s.scalars(q.order_by(LedgerRow.start_ts, LedgerRow.id))]
+
+
+# --------------------------------------------------------------------------- row <-> record
+
+
+def _usage(r: JobUsageRow) -> JobUsage:
+    return JobUsage(
+        job_id=r.job_id,
+        node_name=r.node_name,
+        gpus=r.gpus,
+        start_ts=r.start_ts,
+        end_ts=r.end_ts,
+        instance_id=r.instance_id,
+        pool=r.pool,
+        account=r.account,
+        team=r.team,
+        partition=r.partition,
+        user=r.user,
+        usage_id=r.id,
+        billed_until_ts=r.billed_until_ts,
+    )
+
+
+def _entry(r: LedgerRow) -> LedgerEntry:
+    return LedgerEntry(
+        start_ts=r.start_ts,
+        end_ts=r.end_ts,
+        kind=r.kind,
+        cost=from_micros(r.cost_micros),
+        cloud=r.cloud,
+        region=r.region,
+        pool=r.pool,
+        instance_id=r.instance_id,
+        node_name=r.node_name,
+        offer=r.offer,
+        instance_type=r.instance_type,
+        capacity=r.capacity,
+        job_id=r.job_id,
+        team=r.team,
+        account=r.account,
+        user=r.user,
+        partition=r.partition,
+        decision_id=r.decision_id,
+        gpus=r.gpus,
+        quantity=r.quantity,
+        unit=r.unit,
+        unit_price=from_micros(r.unit_price_micros),
+    )

@@ -1,0 +1,123 @@
+"""What policy and the operator set: pools (with their drain flag), the pause switch, budgets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import select
+
+from provisioner.config.models import Budgets, PoolPolicy
+from provisioner.reconcile.models import BudgetRow, OperatorStateRow, PoolRow
+from provisioner.reconcile.store_engine import StoreBase
+from provisioner.reconcile.store_records import BudgetRecord, OperatorState, PoolInfo, _table
+
+
+class PolicyStore(StoreBase):
+    # ------------------------------------------------------------------ pools and operator
+
+    def sync_pools(self, pools: Iterable[PoolPolicy], now_ts: float) -> None:
+        """Upsert the pools declared in policy; the operator's drain flag is kept."""
+        with self.transaction() as s:
+            for p in pools:
+                row = s.get(PoolRow, p.name)
+                if row is None:
+                    row = PoolRow(name=p.name, drained=False, drained_by="")
+                    s.add(row)
+                row.cloud = p.cloud
+                row.regions = list(p.regions)
+                row.partition = p.partition
+                row.team = p.team
+                row.gpu_model = p.gpu_model or ""
+                row.capacity = p.capacity
+                row.max_nodes = p.max_nodes
+                row.updated_ts = now_ts
+
+    def pools(self) -> list[PoolInfo]:
+        with self.reading() as s:
+            return [_pool(r) for r in s.scalars(select(PoolRow).order_by(PoolRow.name))]
+
+    def pool(self, name: str) -> PoolInfo | None:
+        with self.reading() as s:
+            row = s.get(PoolRow, name)
+            return _pool(row) if row else None
+
+    def set_pool_drained(
+        self, name: str, drained: bool, now_ts: float, by: str = ""
+    ) -> PoolInfo | None:
+        """Drain (or undrain) a pool: no new scale-ups, its nodes drained. None: no such pool."""
+        with self.transaction() as s:
+            row = s.get(PoolRow, name)
+            if row is None:
+                return None
+            row.drained = drained
+            row.drained_ts = now_ts if drained else None
+            row.drained_by = by if drained else ""
+            row.updated_ts = now_ts
+            return _pool(row)
+
+    def operator_state(self) -> OperatorState:
+        with self.reading() as s:
+            row = s.get(OperatorStateRow, 1)
+            drained = tuple(s.scalars(select(PoolRow.name).where(PoolRow.drained.is_(True))))
+            if row is None:
+                return OperatorState(drained_pools=drained)
+            return OperatorState(row.paused, row.reason, row.updated_ts, row.updated_by, drained)
+
+    def set_paused(self, paused: bool, now_ts: float, by: str = "", reason: str = "") -> None:
+        with self.transaction() as s:
+            row = s.get(OperatorStateRow, 1)
+            if row is None:
+                row = OperatorStateRow(id=1)
+                s.add(row)
+            row.paused = paused
+            row.reason = reason[:500]
+            row.updated_ts = now_ts
+            row.updated_by = by
+
+    # ------------------------------------------------------------------ budgets
+
+    def sync_budgets(self, budgets: Budgets, now_ts: float) -> None:
+        """Replace the stored budgets by those in policy."""
+        with self.transaction() as s:
+            s.execute(_table(BudgetRow).delete())
+            if budgets.global_usd_per_hour is not None:
+                s.add(
+                    BudgetRow(
+                        scope="global",
+                        name="*",
+                        usd_per_hour=budgets.global_usd_per_hour,
+                        updated_ts=now_ts,
+                    )
+                )
+            for team, tb in budgets.teams.items():
+                s.add(
+                    BudgetRow(
+                        scope="team", name=team, monthly_usd=tb.monthly_usd, updated_ts=now_ts
+                    )
+                )
+
+    def budgets(self) -> list[BudgetRecord]:
+        with self.reading() as s:
+            q = select(BudgetRow).order_by(BudgetRow.scope, BudgetRow.name)
+            return [
+                BudgetRecord(r.scope, r.name, r.monthly_usd, r.usd_per_hour) for r in s.scalars(q)
+            ]
+
+
+# --------------------------------------------------------------------------- row <-> record
+
+
+def _pool(r: PoolRow) -> PoolInfo:
+    return PoolInfo(
+        name=r.name,
+        cloud=r.cloud,
+        regions=tuple(r.regions or ()),
+        partition=r.partition,
+        team=r.team,
+        gpu_model=r.gpu_model,
+        capacity=r.capacity,
+        max_nodes=r.max_nodes,
+        drained=bool(r.drained),
+        drained_ts=r.drained_ts,
+        drained_by=r.drained_by,
+    )

@@ -1,0 +1,61 @@
+"""API tokens (salted hashes only; the secret never reaches the store)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from provisioner.reconcile.models import ApiTokenRow
+from provisioner.reconcile.store_engine import StoreBase
+from provisioner.reconcile.store_records import TokenRecord
+
+
+class TokenStore(StoreBase):
+    # ------------------------------------------------------------------ API tokens
+
+    def add_token(self, rec: TokenRecord) -> None:
+        with self.transaction() as s:
+            s.add(
+                ApiTokenRow(
+                    token_id=rec.token_id,
+                    name=rec.name,
+                    role=rec.role,
+                    salt=rec.salt,
+                    secret_hash=rec.secret_hash,
+                    created_ts=rec.created_ts,
+                    revoked_ts=rec.revoked_ts,
+                )
+            )
+
+    def token(self, token_id: str) -> TokenRecord | None:
+        with self.reading() as s:
+            row = s.get(ApiTokenRow, token_id)
+            return _token(row) if row else None
+
+    def tokens(self) -> list[TokenRecord]:
+        with self.reading() as s:
+            q = select(ApiTokenRow).order_by(ApiTokenRow.created_ts, ApiTokenRow.token_id)
+            return [_token(r) for r in s.scalars(q)]
+
+    def revoke_token(self, token_id: str, now_ts: float) -> bool:
+        with self.transaction() as s:
+            row = s.get(ApiTokenRow, token_id)
+            if row is None:
+                return False
+            if row.revoked_ts is None:
+                row.revoked_ts = now_ts
+            return True
+
+
+# --------------------------------------------------------------------------- row <-> record
+
+
+def _token(r: ApiTokenRow) -> TokenRecord:
+    return TokenRecord(
+        token_id=r.token_id,
+        name=r.name,
+        role=r.role,
+        salt=r.salt,
+        secret_hash=r.secret_hash,
+        created_ts=r.created_ts,
+        revoked_ts=r.revoked_ts,
+    )
