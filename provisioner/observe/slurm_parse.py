@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -336,7 +336,6 @@ def map_node_state(words: Collection[str]) -> NodeState:
 
 
 def _node_kind(
-    name: str,
     features: Sequence[str],
     flags: Collection[str],
     partitions: Sequence[str],
@@ -347,6 +346,37 @@ def _node_kind(
     if partitions and all(p in cloud_partitions for p in partitions):
         return NodeKind.BURST
     return NodeKind.ONPREM
+
+
+def _build_node(
+    name: str,
+    flags: Collection[str],
+    *,
+    gpus: int,
+    gpu_type: str,
+    used: int,
+    partitions: tuple[str, ...],
+    features: tuple[str, ...],
+    weight: int,
+    last_busy: float | None,
+    cloud_partitions: Collection[str],
+) -> Node:
+    """The Node both readers (JSON and `scontrol -o`) build from the fields they extracted."""
+    state = map_node_state(flags)
+    kind = _node_kind(features, flags, partitions, cloud_partitions)
+    return Node(
+        name=name,
+        kind=kind,
+        pool=pool_of(name) if kind is NodeKind.BURST else "",
+        gpus=gpus,
+        gpus_alloc=min(used, gpus) if gpus else used,
+        gpu_type=gpu_type,
+        state=state,
+        partitions=partitions,
+        features=features,
+        weight=weight,
+        idle_since_ts=last_busy if state is NodeState.IDLE else None,
+    )
 
 
 def _features(raw: Any) -> tuple[str, ...]:
@@ -378,21 +408,18 @@ def parse_node(
     partitions = tuple(_text(p) for p in rec.get("partitions") or [])
     features = _features(rec.get("active_features") or rec.get("features"))
     weight = number(rec.get("weight"), where=f"{where}: weight")
-    state = map_node_state(flags)
     last_busy = _epoch(rec.get("last_busy"), where=f"{where}: last_busy")
-    kind = _node_kind(name, features, flags, partitions, cloud_partitions)
-    return Node(
-        name=name,
-        kind=kind,
-        pool=pool_of(name) if kind is NodeKind.BURST else "",
+    return _build_node(
+        name,
+        flags,
         gpus=gpus,
-        gpus_alloc=min(used, gpus) if gpus else used,
         gpu_type=gtype,
-        state=state,
+        used=used,
         partitions=partitions,
         features=features,
         weight=int(weight) if weight is not None else 1,
-        idle_since_ts=last_busy if state is NodeState.IDLE else None,
+        last_busy=last_busy,
+        cloud_partitions=cloud_partitions,
     )
 
 
@@ -420,13 +447,9 @@ def parse_nodes(
         prev = by_name.get(node.name)
         if prev is not None:
             parts = tuple(dict.fromkeys((*prev.partitions, *node.partitions)))
-            node = Node(**{**_node_fields(node), "partitions": parts})
+            node = replace(node, partitions=parts)
         by_name[node.name] = node
     return tuple(by_name.values())
-
-
-def _node_fields(n: Node) -> dict[str, Any]:
-    return {f: getattr(n, f) for f in Node.__slots__}
 
 
 # --------------------------------------------------------------------------- scontrol -o
@@ -488,28 +511,23 @@ def parse_scontrol_nodes(
             used, _ = parse_tres_gpus(kv.get("AllocTRES", ""))
         partitions = tuple(p for p in kv.get("Partitions", "").split(",") if p)
         features = _features(kv.get("ActiveFeatures") or kv.get("AvailableFeatures"))
-        state = map_node_state(flags)
-        kind = _node_kind(name, features, flags, partitions, cloud_partitions)
         try:
             weight = int(kv.get("Weight", "1"))
         except ValueError:
             bad = kv["Weight"]
             raise SnapshotError(f"scontrol show node: node {name}: Weight={bad!r}") from None
         nodes.append(
-            Node(
-                name=name,
-                kind=kind,
-                pool=pool_of(name) if kind is NodeKind.BURST else "",
+            _build_node(
+                name,
+                flags,
                 gpus=gpus,
-                gpus_alloc=min(used, gpus) if gpus else used,
                 gpu_type=gtype,
-                state=state,
+                used=used,
                 partitions=partitions,
                 features=features,
                 weight=weight,
-                idle_since_ts=_scontrol_time(kv.get("LastBusyTime", ""))
-                if state is NodeState.IDLE
-                else None,
+                last_busy=_scontrol_time(kv.get("LastBusyTime", "")),
+                cloud_partitions=cloud_partitions,
             )
         )
     return tuple(nodes)
