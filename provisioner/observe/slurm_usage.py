@@ -158,13 +158,6 @@ def _sacct_gpus(tres: Any) -> int:
     return 0
 
 
-def _sacct_state(raw: Any) -> str:
-    cur = raw.get("current") if isinstance(raw, Mapping) else raw
-    if isinstance(cur, list):
-        return str(cur[0]) if cur else ""
-    return str(cur or "")
-
-
 def parse_sacct(doc: Mapping[str, Any], *, source: str = "sacct --json") -> tuple[UsageRecord, ...]:
     """Usage records of a `sacct --json` document (22.05 dbv0.0.38 and 23.x shapes). Jobs that
     never started (no start time, `None assigned`) yield nothing; running jobs an open record."""
