@@ -279,7 +279,7 @@ def parse_job(rec: Mapping[str, Any]) -> Job:
 
 def parse_jobs(doc: Mapping[str, Any], *, source: str = "squeue --json") -> tuple[Job, ...]:
     """The `jobs` of a `squeue --json` or slurmrestd `/jobs` document."""
-    _check_errors(doc, source)
+    check_errors(doc, source)
     jobs = doc.get("jobs")
     if not isinstance(jobs, list):
         raise SnapshotError(f"{source}: no 'jobs' list in the document")
@@ -433,7 +433,7 @@ def parse_nodes(
 
     sinfo prints a node once per partition it belongs to in some releases: records are merged
     by name, partitions united."""
-    _check_errors(doc, source)
+    check_errors(doc, source)
     recs = doc.get("nodes")
     if not isinstance(recs, list):
         raise SnapshotError(f"{source}: no 'nodes' list in the document")
@@ -536,7 +536,8 @@ def parse_scontrol_nodes(
 # --------------------------------------------------------------------------- documents
 
 
-def _check_errors(doc: Any, source: str) -> None:
+def check_errors(doc: Any, source: str) -> None:
+    """Raise SnapshotError when a Slurm JSON document is not an object or carries `errors`."""
     if not isinstance(doc, Mapping):
         raise SnapshotError(f"{source}: expected a JSON object, got {type(doc).__name__}")
     errors = doc.get("errors")

@@ -22,7 +22,7 @@ from provisioner.domain.errors import SnapshotError
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node
 from provisioner.observe.slurm_hostlist import HostlistError, expand_hostlist
-from provisioner.observe.slurm_parse import load_json, number
+from provisioner.observe.slurm_parse import check_errors, load_json, number
 from provisioner.observe.slurm_runner import CommandRunner, CommandTimeout
 
 
@@ -161,9 +161,7 @@ def _sacct_gpus(tres: Any) -> int:
 def parse_sacct(doc: Mapping[str, Any], *, source: str = "sacct --json") -> tuple[UsageRecord, ...]:
     """Usage records of a `sacct --json` document (22.05 dbv0.0.38 and 23.x shapes). Jobs that
     never started (no start time, `None assigned`) yield nothing; running jobs an open record."""
-    errors = doc.get("errors")
-    if errors:
-        raise SnapshotError(f"{source}: Slurm reported an error: {errors[0]}")
+    check_errors(doc, source)
     jobs = doc.get("jobs")
     if not isinstance(jobs, list):
         raise SnapshotError(f"{source}: no 'jobs' list in the document")
