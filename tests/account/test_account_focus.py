@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import shutil
 import subprocess
-import xml.etree.ElementTree as ET
 from decimal import Decimal
-from pathlib import Path
 
-import pytest
 from account_helpers import DAY, POLICY, T0, launch, terminate
+from focus_check import require_validator, validate_focus, validator_site
 
 from provisioner.account.focus import (
     COMPAT_1_0_COLUMNS,
@@ -24,7 +20,6 @@ from provisioner.account.ledger import Accountant
 from provisioner.domain.offers import CapacityType
 from provisioner.reconcile.store import JobUsage
 
-REPO = Path(__file__).resolve().parents[2]
 MANDATORY_1_2 = [
     "BilledCost",
     "BillingAccountId",
@@ -48,17 +43,6 @@ MANDATORY_1_2 = [
     "ServiceCategory",
     "ServiceName",
 ]
-
-
-def find_validator() -> str | None:
-    for cand in (
-        os.environ.get("FOCUS_VALIDATOR"),
-        str(REPO / ".venv-focus" / "bin" / "focus-validator"),
-        shutil.which("focus-validator"),
-    ):
-        if cand and Path(cand).exists():
-            return cand
-    return None
 
 
 def populate(store) -> None:
@@ -167,55 +151,12 @@ def test_export_streams_in_chunks(store):
 
 
 def test_focus_validator_1_0_passes(store, tmp_path):
-    exe = find_validator()
-    if exe is None:
-        if os.environ.get("REQUIRE_FOCUS_VALIDATOR"):
-            pytest.fail("focus-validator not found (set FOCUS_VALIDATOR or make .venv-focus)")
-        pytest.skip("focus-validator is not installed (see docs/api.md: FOCUS export)")
+    exe = require_validator()
     populate(store)
     data = tmp_path / "focus.csv"
     data.write_text(export(store))
-    py = Path(exe).parent / "python"
-    # focus-validator 1.0.0 reads its currency list relative to the working directory.
-    site = subprocess.run(
-        [
-            str(py),
-            "-c",
-            "import focus_validator, os; "
-            "print(os.path.dirname(os.path.dirname(focus_validator.__file__)))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.strip()
-    out = tmp_path / "report.xml"
-    proc = subprocess.run(
-        [
-            exe,
-            "--data-file",
-            str(data),
-            "--validate-version",
-            "1.0",
-            "--output-type",
-            "unittest",
-            "--output-destination",
-            str(out),
-        ],
-        cwd=site,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    suites = ET.parse(out).getroot()
-    failed = [
-        tc.get("name")
-        for tc in suites.iter("testcase")
-        if tc.find("failure") is not None or tc.find("error") is not None
-    ]
-    assert failed == []
-    assert suites.get("failures") == "0" and suites.get("errors") == "0"
+    site = validator_site(exe)
+    suites = validate_focus(exe, data, tmp_path / "report.xml", site)
     assert int(suites.get("tests", "0")) > 100
     console = subprocess.run(
         [exe, "--data-file", str(data), "--validate-version", "1.0"],

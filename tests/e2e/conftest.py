@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "account"))  # focus_check
 
 from slurm_harness import cluster, slurm_cluster
 

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import shutil
-import subprocess
 import time
-import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from focus_check import require_validator, validate_focus, validator_site
 from slurm_harness import Cluster
 
 from provisioner.account.billing import billed_seconds, billing_start
@@ -132,58 +129,6 @@ class Driver:
             time.sleep(0.5)
 
 
-def find_validator() -> str | None:
-    for cand in (
-        os.environ.get("FOCUS_VALIDATOR"),
-        str(REPO / ".venv-focus" / "bin" / "focus-validator"),
-        shutil.which("focus-validator"),
-    ):
-        if cand and Path(cand).exists():
-            return cand
-    return None
-
-
-def validate_focus(exe: str, data: Path, out: Path) -> None:
-    py = Path(exe).parent / "python"
-    site = subprocess.run(
-        [
-            str(py),
-            "-c",
-            "import focus_validator, os; "
-            "print(os.path.dirname(os.path.dirname(focus_validator.__file__)))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.strip()
-    proc = subprocess.run(
-        [
-            exe,
-            "--data-file",
-            str(data),
-            "--validate-version",
-            "1.0",
-            "--output-type",
-            "unittest",
-            "--output-destination",
-            str(out),
-        ],
-        cwd=site,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    suites = ET.parse(out).getroot()
-    failed = [
-        tc.get("name")
-        for tc in suites.iter("testcase")
-        if tc.find("failure") is not None or tc.find("error") is not None
-    ]
-    assert failed == [] and suites.get("failures") == "0" and suites.get("errors") == "0"
-
-
 def test_burst_to_moto_runs_jobs_on_cloud_nodes_then_scales_down_and_bills(
     cluster: Cluster, moto, tmp_path
 ):
@@ -285,9 +230,5 @@ def test_burst_to_moto_runs_jobs_on_cloud_nodes_then_scales_down_and_bills(
     assert {r["x_JobId"] for r in cloud_rows if r["x_JobId"]} == set(burst)
     assert abs(sum(Decimal(r["BilledCost"]) for r in cloud_rows) - expected) < Decimal("0.01")
 
-    exe = find_validator()
-    if exe is None:
-        if os.environ.get("REQUIRE_FOCUS_VALIDATOR"):
-            pytest.fail("focus-validator not found (set FOCUS_VALIDATOR or make .venv-focus)")
-        pytest.skip("focus-validator is not installed (see docs/api.md: FOCUS export)")
-    validate_focus(exe, data, tmp_path / "report.xml")
+    exe = require_validator()
+    validate_focus(exe, data, tmp_path / "report.xml", validator_site(exe))
