@@ -29,7 +29,7 @@ from provisioner.observe.slurm_parse import (
     parse_scontrol_nodes,
     snapshot_from,
 )
-from provisioner.observe.slurm_runner import CommandResult, CommandRunner, CommandTimeout
+from provisioner.observe.slurm_runner import CommandResult, CommandRunner, run_observed
 
 NodesSource = Literal["auto", "sinfo", "scontrol"]
 
@@ -80,12 +80,7 @@ class CliSlurmObserver:
         self._scontrol = scontrol
 
     def _run(self, argv: list[str]) -> CommandResult:
-        try:
-            return self._runner.run(argv, timeout_s=self._timeout_s)
-        except CommandTimeout as exc:
-            raise SnapshotError(str(exc)) from None
-        except OSError as exc:
-            raise SnapshotError(f"`{' '.join(argv)}` could not run: {exc}") from None
+        return run_observed(self._runner, argv, timeout_s=self._timeout_s)
 
     def _checked(self, argv: list[str]) -> str:
         res = self._run(argv)

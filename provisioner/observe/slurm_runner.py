@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from provisioner.domain.errors import SnapshotError
+
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -68,3 +70,14 @@ class SubprocessRunner:
         except subprocess.TimeoutExpired:
             raise CommandTimeout(argv, timeout_s) from None
         return CommandResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_observed(runner: CommandRunner, argv: list[str], *, timeout_s: float) -> CommandResult:
+    """Run a read-only Slurm command for an observer: a timeout, or a command that cannot start,
+    raises SnapshotError (the pass marks its view stale). A non-zero exit is the caller's call."""
+    try:
+        return runner.run(argv, timeout_s=timeout_s)
+    except CommandTimeout as exc:
+        raise SnapshotError(str(exc)) from None
+    except OSError as exc:
+        raise SnapshotError(f"`{' '.join(argv)}` could not run: {exc}") from None

@@ -23,7 +23,7 @@ from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node
 from provisioner.observe.slurm_hostlist import HostlistError, expand_hostlist
 from provisioner.observe.slurm_parse import check_errors, load_json, number
-from provisioner.observe.slurm_runner import CommandRunner, CommandTimeout
+from provisioner.observe.slurm_runner import CommandRunner, run_observed
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,12 +215,7 @@ class SacctUsageSource:
         # sacct reads local time; -a all users, -X allocations only (no steps)
         since = datetime.fromtimestamp(since_ts).strftime("%Y-%m-%dT%H:%M:%S")
         argv = [self._sacct, "--json", "-a", "-X", "-S", since]
-        try:
-            res = self._runner.run(argv, timeout_s=self._timeout_s)
-        except CommandTimeout as exc:
-            raise SnapshotError(str(exc)) from None
-        except OSError as exc:
-            raise SnapshotError(f"`{' '.join(argv)}` could not run: {exc}") from None
+        res = run_observed(self._runner, argv, timeout_s=self._timeout_s)
         if not res.ok:
             raise SnapshotError(res.describe())
         return parse_sacct(load_json(res.stdout, source="sacct --json"))
