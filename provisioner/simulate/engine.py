@@ -17,7 +17,7 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
@@ -66,7 +66,6 @@ class SimResult:
     onprem_gpu_hours_after_last_arrival: float = 0.0
     timeouts: int = 0
     spot_interruptions: int = 0
-    demand_series: list[tuple[float, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -214,33 +213,45 @@ class Simulation:
         # (when, seq, placement in the planner's view, slot value held there, true end)
         self.events: list[tuple[float, int, Placement, float, float]] = []
         self._seq = 0
-        self._od_cache: dict[int, Candidate] = {}
         self._trimmed = 0.0
-        self._rank_memo: dict[tuple[int, int], list[Candidate]] = {}
+        self._rank_memo: dict[tuple[int, bool, int], list[Candidate]] = {}
         self._cand_memo: dict[tuple[str, object, int], Candidate] = {}
         wp = self.policy.waiting.for_job("onprem", "")
         self._fallback_rt = wp.default_runtime_s or self.policy.onprem.fallback_runtime_s
 
     # ---- offers ----------------------------------------------------------------------------
 
-    def _cheapest_on_demand(self, gpus: int) -> Candidate:
-        hit = self._od_cache.get(gpus)
+    def _ranked(self, gpus: int, spot_ok: bool, runtime: float) -> list[Candidate]:
+        """Every sim pool's offers for `gpus` GPUs, cheapest expected cost first (memoised by
+        runtime bucket, as the planner does)."""
+        key = (gpus, spot_ok, int(math.log2(runtime + 1.0)))
+        hit = self._rank_memo.get(key)
         if hit is None:
-            cands = candidates_for(
-                gpus,
-                self.policy.onprem.gpu_model,
-                self.policy.pools,
-                self.catalog,
-                (CapacityType.ON_DEMAND,),
+            caps = (
+                (CapacityType.ON_DEMAND, CapacityType.SPOT)
+                if spot_ok
+                else (CapacityType.ON_DEMAND,)
+            )
+            hit = rank(
+                candidates_for(
+                    gpus,
+                    self.policy.onprem.gpu_model,
+                    self.policy.pools,
+                    self.catalog,
+                    caps,
+                    self.policy.spot,
+                ),
+                runtime,
                 self.policy.spot,
             )
-            if not cands:
-                raise ValueError(
-                    f"no on-demand {self.policy.onprem.gpu_model} offer holds {gpus} GPUs"
-                )
-            hit = rank(cands, 3600.0, self.policy.spot)[0]
-            self._od_cache[gpus] = hit
+            self._rank_memo[key] = hit
         return hit
+
+    def _cheapest_on_demand(self, gpus: int) -> Candidate:
+        ranked = self._ranked(gpus, False, 3600.0)
+        if not ranked:
+            raise ValueError(f"no on-demand {self.policy.onprem.gpu_model} offer holds {gpus} GPUs")
+        return ranked[0]
 
     # ---- outcomes --------------------------------------------------------------------------
 
@@ -355,69 +366,27 @@ class Simulation:
         """The default policy's waiting budget for a job (the planner computes the same)."""
         wp = self.policy.waiting.for_job("onprem", "")
         runtime = known_runtime if known_runtime is not None else self._fallback_rt
-        key = (job.gpus, int(math.log2(runtime + 1.0)))
-        cands = self._rank_memo.get(key)
-        if cands is None:
-            caps = (
-                (CapacityType.ON_DEMAND, CapacityType.SPOT)
-                if wp.spot_allowed
-                else (CapacityType.ON_DEMAND,)
-            )
-            cands = rank(
-                candidates_for(
-                    job.gpus,
-                    self.policy.onprem.gpu_model,
-                    self.policy.pools,
-                    self.catalog,
-                    caps,
-                    self.policy.spot,
-                ),
-                runtime,
-                self.policy.spot,
-            )
-            self._rank_memo[key] = cands
-        cheapest = cands[0].expected_cost(runtime, self.policy.spot) if cands else None
+        ranked = self._ranked(job.gpus, wp.spot_allowed, runtime)
+        cheapest = ranked[0].expected_cost(runtime, self.policy.spot) if ranked else None
         return wp.budget_s(job.gpus, known_runtime, cheapest)
 
     def _best_now(self, job: TraceJob) -> Candidate:
         wp = self.policy.waiting.for_job("onprem", "")
-        caps = (
-            (CapacityType.ON_DEMAND, CapacityType.SPOT)
-            if wp.spot_allowed
-            else (CapacityType.ON_DEMAND,)
-        )
-        cands = candidates_for(
-            job.gpus,
-            self.policy.onprem.gpu_model,
-            self.policy.pools,
-            self.catalog,
-            caps,
-            self.policy.spot,
-        )
-        rt = wp.default_runtime_s or self.policy.onprem.fallback_runtime_s
-        return rank(cands, rt, self.policy.spot)[0]
+        return self._ranked(job.gpus, wp.spot_allowed, self._fallback_rt)[0]
 
     def _candidate_of(self, pool: str, key: object, gpus: int) -> Candidate:
+        """The candidate behind a planned scale-up (the planner returns only its key)."""
         memo = (pool, key, gpus)
         hit = self._cand_memo.get(memo)
         if hit is None:
-            hit = self._find_candidate(pool, key, gpus)
+            hit = next(
+                (c for c in self._ranked(gpus, True, 3600.0) if c.pool == pool and c.key == key),
+                None,
+            )
+            if hit is None:
+                raise LookupError(f"planned offer {key} not in catalog")
             self._cand_memo[memo] = hit
         return hit
-
-    def _find_candidate(self, pool: str, key: object, gpus: int) -> Candidate:
-        cands = candidates_for(
-            gpus,
-            self.policy.onprem.gpu_model,
-            [self.policy.pool(pool)],
-            self.catalog,
-            (CapacityType.ON_DEMAND, CapacityType.SPOT),
-            self.policy.spot,
-        )
-        for c in cands:
-            if c.key == key:
-                return c
-        raise LookupError(f"planned offer {key} not in catalog")
 
     # ---- run -------------------------------------------------------------------------------
 
