@@ -17,21 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from typing import Any
 
 from provisioner.act.ports import PoolSpec
 from provisioner.act.specs import pool_capacities
 from provisioner.config.models import PoolPolicy
+from provisioner.domain.money import to_cents
 from provisioner.domain.offers import CapacityType, Offer
 
 DEFAULT_EXPECTED_USE = Decimal("0.25")
 HOURS_PER_MONTH = Decimal("730")
-CENT = Decimal("0.01")
-
-
-def cents(amount: Decimal) -> Decimal:
-    return amount.quantize(CENT, rounding=ROUND_HALF_EVEN)
 
 
 @dataclass(frozen=True)
@@ -170,8 +166,8 @@ def price_pool(
     basis = ""
     if basis_range is not None:
         factor = use * HOURS_PER_MONTH
-        expected = cents(basis_range.min * factor)
-        expected_max = cents(max(highs) * factor)
+        expected = to_cents(basis_range.min * factor)
+        expected_max = to_cents(max(highs) * factor)
         basis = f"{basis_kind} {basis_range.cheapest}"
     elif not opts:
         notes.append("no catalog offer fits this pool: nothing to price")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.errors import ConfigError, InputError
+from provisioner.domain.money import to_cents
 from provisioner.domain.offers import Offer
 from provisioner.iac.diff import (
     PropertyChange,
@@ -30,7 +31,7 @@ from provisioner.iac.diff import (
 )
 from provisioner.iac.guard import Guard, PolicyInfo, Violation, load_policies, load_policy_config
 from provisioner.iac.preview import Rendering, detect, run_previews
-from provisioner.iac.pricing import DEFAULT_EXPECTED_USE, PoolCost, cents, price_pool
+from provisioner.iac.pricing import DEFAULT_EXPECTED_USE, PoolCost, price_pool
 from provisioner.iac.render import PoolProgram, PoolSpecs, Resource, render_specs, specs_for_policy
 from provisioner.iac.sources import (
     PROGRAM,
@@ -161,9 +162,9 @@ class Review:
                 "cost": {
                     "expected_use_default": str(self.expected_use),
                     "expected_usd_month": {
-                        "base": str(cents(base_month)),
-                        "head": str(cents(head_month)),
-                        "delta": str(cents(head_month - base_month)),
+                        "base": str(to_cents(base_month)),
+                        "head": str(to_cents(head_month)),
+                        "delta": str(to_cents(head_month - base_month)),
                     },
                     "max_usd_hr": {
                         "base": str(base_hr),
