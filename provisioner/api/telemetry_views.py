@@ -10,6 +10,7 @@ prices, teams) comes from `ApiDeps.policy`; without one the defaults of `Policy(
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 MAX_AGE_LIMIT_S = 7 * 86_400.0
 NodeQuery = Annotated[str | None, Query(max_length=128, description="Only this node.")]
 TeamQuery = Annotated[str | None, Query(max_length=128, description="Only this team.")]
+MaxAgeQuery = Annotated[
+    float, Query(gt=0, le=MAX_AGE_LIMIT_S, description="Ignore telemetry older than this.")
+]
 
 
 def policy_of(deps: ApiDeps) -> Policy:
@@ -147,21 +151,13 @@ def telemetry_router(viewer: Callable[..., Any]) -> APIRouter:
         request: Request,
         node: NodeQuery = None,
         team: TeamQuery = None,
-        max_age_s: Annotated[
-            float,
-            Query(gt=0, le=MAX_AGE_LIMIT_S, description="Ignore telemetry older than this."),
-        ] = DEFAULT_MAX_AGE_S,
+        max_age_s: MaxAgeQuery = DEFAULT_MAX_AGE_S,
     ) -> dict[str, Any]:
         deps = _deps(request)
         now = _now(deps)
         report = gpu_waste(deps.store, policy_of(deps), now, max_age_s, node)
         if team is not None:
-            report = WasteReport(
-                tuple(i for i in report.items if i.team == team),
-                report.silent_nodes,
-                report.util_threshold_pct,
-                report.mem_threshold_mib,
-            )
+            report = replace(report, items=tuple(i for i in report.items if i.team == team))
         return waste_dict(report, now, max_age_s)
 
     @r.get(
@@ -173,19 +169,14 @@ def telemetry_router(viewer: Callable[..., Any]) -> APIRouter:
         request: Request,
         node: NodeQuery = None,
         severity: Annotated[Literal["warning", "critical"] | None, Query()] = None,
-        max_age_s: Annotated[
-            float,
-            Query(gt=0, le=MAX_AGE_LIMIT_S, description="Ignore telemetry older than this."),
-        ] = DEFAULT_ALERT_MAX_AGE_S,
+        max_age_s: MaxAgeQuery = DEFAULT_ALERT_MAX_AGE_S,
     ) -> dict[str, Any]:
         deps = _deps(request)
         now = _now(deps)
         report = gpu_alerts(deps.store, policy_of(deps), now, max_age_s, node)
         if severity is not None:
-            report = AlertsReport(
-                tuple(x for x in report.alerts if x[0].severity == severity),
-                report.silent_nodes,
-                report.thresholds,
+            report = replace(
+                report, alerts=tuple(x for x in report.alerts if x[0].severity == severity)
             )
         return alerts_dict(report, now, max_age_s)
 
