@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from provisioner.domain.instances import CloudInstance
@@ -48,6 +48,4 @@ class ClusterSnapshot:
         return tuple(n for n in self.nodes if n.kind is kind)
 
     def mark_stale(self, reason: str) -> ClusterSnapshot:
-        from dataclasses import replace
-
         return replace(self, stale=True, stale_reasons=(*self.stale_reasons, reason))

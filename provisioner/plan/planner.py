@@ -69,11 +69,13 @@ def _usd(value: float) -> Decimal:
     return Decimal(repr(round(value, 6)))
 
 
-def _runtime(job: Job, policy: Policy) -> float:
+def _runtime(job: Job, policy: Policy, wp: WaitPolicy | None = None) -> float:
+    """The runtime planned with: the job's estimate, else its class's assumed runtime."""
     est = job.runtime_estimate_s
     if est is not None:
         return est
-    wp = policy.waiting.for_job(job.partition, job.qos)
+    if wp is None:
+        wp = policy.waiting.for_job(job.partition, job.qos)
     return wp.default_runtime_s or policy.onprem.fallback_runtime_s
 
 
@@ -110,8 +112,6 @@ class _OpenNode:
     key: OfferKey | None
     gpu_model: str
     free: int
-    usd_hr: Decimal
-    gpus: int
     spot: bool
     scale_up: int = -1  # index into the scale-up groups, -1 for capacity already in flight
     job_ids: list[str] = field(default_factory=list)
@@ -273,14 +273,13 @@ class _Planner:
         now = self.now
         pending = sorted(self.snap.pending, key=lambda j: (j.submit_ts, j.job_id))
         waiting = self.policy.waiting
-        fallback = self.policy.onprem.fallback_runtime_s
         policies: dict[tuple[str, str], WaitPolicy] = {}
         for job in pending:
             wp = policies.get((job.partition, job.qos))
             if wp is None:
                 wp = policies[(job.partition, job.qos)] = waiting.for_job(job.partition, job.qos)
             est = job.runtime_estimate_s
-            runtime = est if est is not None else (wp.default_runtime_s or fallback)
+            runtime = _runtime(job, self.policy, wp)
             model = job.gpu_type.lower() if job.gpu_type else self.onprem_model
             placement: Placement | None = None
             onprem_ok = model in self.onprem_models and self._runs_onprem(job)
@@ -349,8 +348,6 @@ class _Planner:
                     None,
                     n.gpu_type.lower(),
                     n.gpus_free,
-                    Decimal(0),
-                    n.gpus,
                     "spot" in n.features,
                     node_name=n.name,
                 )
@@ -371,8 +368,6 @@ class _Planner:
                     inst.offer,
                     inst.gpu_model.lower(),
                     free,
-                    Decimal(0),
-                    inst.gpus,
                     inst.offer.capacity is CapacityType.SPOT,
                 )
             )
@@ -536,8 +531,6 @@ class _Planner:
                         chosen.key,
                         model,
                         leftover,
-                        chosen.usd_hr_per_node,
-                        chosen.gpus_per_node,
                         chosen.key.capacity is CapacityType.SPOT,
                         scale_up=gidx,
                         job_ids=[job.job_id],
