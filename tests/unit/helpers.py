@@ -7,9 +7,10 @@ from typing import Any
 
 from provisioner.config.loader import policy_from_mapping
 from provisioner.config.models import Policy
+from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node, NodeKind, NodeState
-from provisioner.domain.offers import Offer
+from provisioner.domain.offers import CapacityType, Offer, OfferKey
 from provisioner.plan.catalog import Catalog
 
 T0 = 1_800_000_000.0
@@ -97,3 +98,20 @@ def running(job_id: str, gpus: int, node: str, ends_in: float, started: float = 
 
 def pending(job_id: str, gpus: int, runtime: float | None, submit: float = T0, **kw: Any) -> Job:
     return Job(job_id=job_id, gpus=gpus, submit_ts=submit, expected_runtime_s=runtime, **kw)
+
+
+def p4d_instance(
+    instance_id: str, state: InstanceState, launched_ago: float, node_name: str = ""
+) -> CloudInstance:
+    """A spot p4d.24xlarge of pool aws-a100, launched `launched_ago` seconds before T0."""
+    return CloudInstance(
+        instance_id=instance_id,
+        pool="aws-a100",
+        offer=OfferKey("aws", "us-east-1", "p4d.24xlarge", CapacityType.SPOT),
+        gpu_model="A100",
+        gpus=8,
+        price_usd_hr=Decimal("8"),
+        state=state,
+        launched_ts=T0 - launched_ago,
+        node_name=node_name,
+    )

@@ -6,14 +6,23 @@ import copy
 from dataclasses import replace
 from decimal import Decimal
 
-from provisioner.domain.instances import CloudInstance, InstanceState
+from provisioner.domain.instances import InstanceState
 from provisioner.domain.nodes import GpuSample, Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Drain, ReasonCode, ScaleUp, Terminate
 from provisioner.domain.snapshot import ClusterSnapshot, SpendState
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.planner import plan
-from tests.unit.helpers import T0, catalog, offer, onprem_nodes, pending, policy, running
+from tests.unit.helpers import (
+    T0,
+    catalog,
+    offer,
+    onprem_nodes,
+    p4d_instance,
+    pending,
+    policy,
+    running,
+)
 
 FULL = onprem_nodes(2, 4, alloc=4)
 BUSY = (running("r1", 4, "onprem-1", ends_in=3600), running("r2", 4, "onprem-2", ends_in=7200))
@@ -90,16 +99,7 @@ def test_jobs_pack_onto_one_node_when_only_big_nodes_exist() -> None:
 
 
 def test_capacity_in_flight_is_used_before_buying_more() -> None:
-    inst = CloudInstance(
-        instance_id="i-1",
-        pool="aws-a100",
-        offer=OfferKey("aws", "us-east-1", "p4d.24xlarge", CapacityType.SPOT),
-        gpu_model="A100",
-        gpus=8,
-        price_usd_hr=Decimal("8"),
-        state=InstanceState.REQUESTED,
-        launched_ts=T0 - 60,
-    )
+    inst = p4d_instance("i-1", InstanceState.REQUESTED, launched_ago=60)
     p = plan(
         snap(pending("b", 2, runtime=100), instances=(inst,)), policy(), catalog(), Backoff(), T0
     )
@@ -220,16 +220,7 @@ def test_paused_blocks_bursts_but_not_scale_down() -> None:
 
 
 def test_instance_that_never_joins_is_terminated() -> None:
-    inst = CloudInstance(
-        instance_id="i-9",
-        pool="aws-a100",
-        offer=OfferKey("aws", "us-east-1", "p4d.24xlarge", CapacityType.SPOT),
-        gpu_model="A100",
-        gpus=8,
-        price_usd_hr=Decimal("8"),
-        state=InstanceState.JOINING,
-        launched_ts=T0 - 3600,
-    )
+    inst = p4d_instance("i-9", InstanceState.JOINING, launched_ago=3600)
     p = plan(snap(instances=(inst,)), policy(), catalog(), Backoff(), T0)
     (t,) = p.terminations
     assert t.instance_id == "i-9" and t.decision.reason is ReasonCode.JOIN_TIMEOUT
@@ -262,17 +253,7 @@ def test_job_of_another_gpu_model_never_waits_on_prem() -> None:
 
 
 def test_booting_node_already_holding_jobs_offers_only_its_free_gpus() -> None:
-    inst = CloudInstance(
-        instance_id="i-1",
-        pool="aws-a100",
-        offer=OfferKey("aws", "us-east-1", "p4d.24xlarge", CapacityType.SPOT),
-        gpu_model="A100",
-        gpus=8,
-        price_usd_hr=Decimal("8"),
-        state=InstanceState.JOINING,
-        launched_ts=T0 - 60,
-        node_name="b1",
-    )
+    inst = p4d_instance("i-1", InstanceState.JOINING, launched_ago=60, node_name="b1")
     booting = Node(
         name="b1",
         kind=NodeKind.BURST,
@@ -296,18 +277,7 @@ def test_booting_node_already_holding_jobs_offers_only_its_free_gpus() -> None:
 
 
 def test_decisions_about_different_instances_have_different_ids() -> None:
-    def joining(i: str) -> CloudInstance:
-        return CloudInstance(
-            instance_id=i,
-            pool="aws-a100",
-            offer=OfferKey("aws", "us-east-1", "p4d.24xlarge", CapacityType.SPOT),
-            gpu_model="A100",
-            gpus=8,
-            price_usd_hr=Decimal("8"),
-            state=InstanceState.JOINING,
-            launched_ts=T0 - 3600,
-        )
-
-    p = plan(snap(instances=(joining("i-1"), joining("i-2"))), policy(), catalog(), Backoff(), T0)
+    joining = [p4d_instance(i, InstanceState.JOINING, launched_ago=3600) for i in ("i-1", "i-2")]
+    p = plan(snap(instances=tuple(joining)), policy(), catalog(), Backoff(), T0)
     ids = [t.decision.decision_id for t in p.terminations]
     assert len(ids) == 2 and len(set(ids)) == 2
