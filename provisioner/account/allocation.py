@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_DOWN, ROUND_HALF_EVEN, Decimal
+from typing import TypedDict
 
 from provisioner.domain.money import MICRO, cost_for_seconds
 from provisioner.reconcile.store import JobUsage, LedgerEntry, StoredInstance
@@ -29,6 +30,31 @@ class Share:
 
 def overlap(a: float, b: float, start: float, end: float | None) -> float:
     return max(0.0, min(b, end if end is not None else b) - max(a, start))
+
+
+def shares_of(usages: Sequence[JobUsage], a: float, b: float, gpus: int) -> list[Share]:
+    """Each usage's GPU-seconds in [a, b) on a node of `gpus` GPUs; usages with none left out."""
+    shares = [Share(u, min(u.gpus, gpus) * overlap(a, b, u.start_ts, u.end_ts)) for u in usages]
+    return [s for s in shares if s.weight > 0]
+
+
+class JobFields(TypedDict):
+    job_id: str
+    team: str
+    account: str
+    user: str
+    partition: str
+
+
+def job_fields(u: JobUsage, team_for: Callable[[str], str]) -> JobFields:
+    """The ledger fields naming `u`'s job; the team falls back to the account's."""
+    return {
+        "job_id": u.job_id,
+        "team": u.team or team_for(u.account),
+        "account": u.account,
+        "user": u.user,
+        "partition": u.partition,
+    }
 
 
 def split_cost(total: Decimal, weights: Sequence[float], capacity: float) -> list[Decimal]:
@@ -90,12 +116,7 @@ def allocate_instance_window(
         unit="GPU-Hours",
         unit_price=gpu_price,
     )
-    shares = [
-        Share(u, min(u.gpus, gpus) * overlap(a, b, u.start_ts, u.end_ts))
-        for u in usages
-        if u.gpus > 0
-    ]
-    shares = [s for s in shares if s.weight > 0]
+    shares = shares_of(usages, a, b, gpus)
     capacity = gpus * billed
     amounts = split_cost(total, [s.weight for s in shares], capacity)
     out: list[LedgerEntry] = []
@@ -108,11 +129,7 @@ def allocate_instance_window(
                 end_ts=min(b, u.end_ts if u.end_ts is not None else b),
                 kind="job",
                 cost=amount,
-                job_id=u.job_id,
-                team=u.team or team_for(u.account),
-                account=u.account,
-                user=u.user,
-                partition=u.partition,
+                **job_fields(u, team_for),
                 gpus=min(u.gpus, gpus),
                 quantity=s.weight / 3600.0,
             )
@@ -146,11 +163,7 @@ def allocate_onprem(
         cost=cost_for_seconds(usd_per_gpu_hour * usage.gpus, secs),
         pool=usage.pool or "onprem",
         node_name=usage.node_name,
-        job_id=usage.job_id,
-        team=usage.team or team_for(usage.account),
-        account=usage.account,
-        user=usage.user,
-        partition=usage.partition,
+        **job_fields(usage, team_for),
         gpus=usage.gpus,
         quantity=gpu_seconds / 3600.0,
         unit="GPU-Hours",
@@ -175,10 +188,7 @@ def allocate_energy(
     total = (kwh * usd_per_kwh).quantize(MICRO, rounding=ROUND_HALF_EVEN)
     if total <= 0:
         return []
-    shares = [
-        Share(u, min(u.gpus, node_gpus) * overlap(a, b, u.start_ts, u.end_ts)) for u in usages
-    ]
-    shares = [s for s in shares if s.weight > 0]
+    shares = shares_of(usages, a, b, node_gpus)
     capacity = max(node_gpus, 1) * max(b - a, 0.0)
     amounts = split_cost(total, [s.weight for s in shares], capacity)
     base = LedgerEntry(
@@ -199,11 +209,7 @@ def allocate_energy(
             replace(
                 base,
                 cost=amount,
-                job_id=u.job_id,
-                team=u.team or team_for(u.account),
-                account=u.account,
-                user=u.user,
-                partition=u.partition,
+                **job_fields(u, team_for),
                 gpus=u.gpus,
                 quantity=float(kwh) * frac,
             )
