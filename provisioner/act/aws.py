@@ -23,7 +23,7 @@ from provisioner.act.ports import (
     PoolSpec,
     request_token,
 )
-from provisioner.act.retry import cloud_retrying
+from provisioner.act.retry import call_mapped, cloud_retrying
 from provisioner.act.shapes import aws_group_tags, aws_launch_template_data, aws_tag_list
 from provisioner.domain.errors import (
     AuthError,
@@ -214,14 +214,7 @@ class _AwsBase:
 
     def _call(self, fn: Callable[..., T], offer: str = "", **kwargs: Any) -> T:
         """One SDK call under the retry policy, errors mapped to the taxonomy."""
-
-        def attempt() -> T:
-            try:
-                return fn(**kwargs)
-            except Exception as exc:
-                raise map_aws_error(exc, offer) from exc
-
-        return self.retrying(attempt)
+        return call_mapped(self.retrying, lambda: fn(**kwargs), lambda e: map_aws_error(e, offer))
 
     def _find_group(self, spec: PoolSpec) -> dict[str, Any] | None:
         asg = self.clients.autoscaling(spec.region)

@@ -30,7 +30,7 @@ from provisioner.act.ports import (
     PoolSpec,
     request_token,
 )
-from provisioner.act.retry import cloud_retrying
+from provisioner.act.retry import call_mapped, cloud_retrying
 from provisioner.act.shapes import (
     gcp_group_body,
     gcp_template_body,
@@ -231,28 +231,18 @@ class _GcpBase:
         return (spec.project if spec is not None else "") or self.clients.project
 
     def _call(self, fn: Callable[[], T], offer: str = "") -> T:
-        def attempt() -> T:
-            try:
-                return fn()
-            except Exception as exc:
-                raise map_gcp_error(exc, offer) from exc
-
-        return self.retrying(attempt)
+        return call_mapped(self.retrying, fn, lambda e: map_gcp_error(e, offer))
 
     def _mutate(self, fn: Callable[[], Any], offer: str = "") -> None:
         """A mutating call plus its operation, retried as one unit (the requestId inside `fn`
         makes a retried call return the first operation instead of doing the change twice)."""
 
-        def attempt() -> None:
-            try:
-                op = self.clients.wait(fn())
-            except Exception as exc:
-                raise map_gcp_error(exc, offer) from exc
-            err = operation_error(op, offer)
+        def done() -> None:
+            err = operation_error(self.clients.wait(fn()), offer)
             if err is not None:
                 raise err
 
-        self.retrying(attempt)
+        self._call(done, offer)
 
     def _get_group(self, spec: PoolSpec) -> Any | None:
         groups = self.clients.groups()

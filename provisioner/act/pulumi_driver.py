@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from tenacity import Retrying
 
 from provisioner.act.ports import PoolSpec
-from provisioner.act.retry import cloud_retrying
+from provisioner.act.retry import call_mapped, cloud_retrying
 from provisioner.domain.errors import CloudError, TransientError
 
 log = logging.getLogger(__name__)
@@ -115,14 +115,11 @@ class PulumiPoolDriver:
         self._locks = _StackLocks()
 
     def _run(self, name: str, fn: Callable[[], Any]) -> Any:
-        def attempt() -> Any:
+        def locked() -> Any:
             with self._locks.hold(name):
-                try:
-                    return fn()
-                except Exception as exc:
-                    raise map_pulumi_error(exc) from exc
+                return fn()
 
-        return self.retrying(attempt)
+        return call_mapped(self.retrying, locked, map_pulumi_error)
 
     def _stack(self, spec: PoolSpec) -> StackOps:
         def program() -> None:

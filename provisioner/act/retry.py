@@ -64,6 +64,18 @@ def cloud_retrying(
     )
 
 
-def call(retrying: Retrying, fn: Callable[[], T]) -> T:
-    """Run `fn` under the policy; the last error is re-raised unchanged."""
-    return retrying(fn)
+def call_mapped(
+    retrying: Retrying, fn: Callable[[], T], map_error: Callable[[Exception], CloudError]
+) -> T:
+    """Run `fn` under the policy, each failure mapped to the taxonomy first (so the policy sees
+    the mapped type); the last mapped error is re-raised."""
+
+    def attempt() -> T:
+        try:
+            return fn()
+        except CloudError:
+            raise
+        except Exception as exc:
+            raise map_error(exc) from exc
+
+    return retrying(attempt)
