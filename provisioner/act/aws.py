@@ -21,6 +21,7 @@ from provisioner.act.ports import (
     GroupStatus,
     OwnedInstance,
     PoolSpec,
+    check_target,
     request_token,
 )
 from provisioner.act.retry import call_mapped, cloud_retrying
@@ -437,12 +438,7 @@ class AwsCapacity(_AwsBase):
         instances carry it."""
         asg = self.clients.autoscaling(spec.region)
         offer = str(spec.offer)
-        if target > spec.max_size:
-            raise CloudError(
-                f"{spec.group_name}: target {target} exceeds max {spec.max_size}",
-                code="ValidationError",
-                offer=offer,
-            )
+        check_target(spec, target)
         decision_tag = [t for t in aws_group_tags(spec) if t["Key"] == "decision"]
         self._call(asg.create_or_update_tags, offer, Tags=decision_tag)
         log.info("resize %s to %d (token %s)", spec.group_name, target, token)

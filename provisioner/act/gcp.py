@@ -28,6 +28,7 @@ from provisioner.act.ports import (
     GroupStatus,
     OwnedInstance,
     PoolSpec,
+    check_target,
     request_token,
 )
 from provisioner.act.retry import call_mapped, cloud_retrying
@@ -394,12 +395,7 @@ class GcpCapacity(_GcpBase):
     def resize(self, spec: PoolSpec, target: int, token: str) -> None:
         from google.cloud import compute_v1
 
-        if target > spec.max_size:
-            raise CloudError(
-                f"{spec.group_name}: target {target} exceeds max {spec.max_size}",
-                code="ValidationError",
-                offer=str(spec.offer),
-            )
+        check_target(spec, target)
         groups = self.clients.groups()
         req = compute_v1.ResizeRegionInstanceGroupManagerRequest(
             project=self._project(spec),

@@ -145,6 +145,16 @@ def request_token(*parts: object) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "gpu-burst:" + "|".join(map(str, parts))))
 
 
+def check_target(spec: PoolSpec, target: int) -> None:
+    """Refuse a resize past the pool's max (GCE MIGs have no max of their own)."""
+    if target > spec.max_size:
+        raise CloudError(
+            f"{spec.group_name}: target {target} exceeds max {spec.max_size}",
+            code="ValidationError",
+            offer=str(spec.offer),
+        )
+
+
 class CloudState(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
