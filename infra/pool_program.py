@@ -18,15 +18,15 @@ from typing import Any
 
 import pulumi
 
-from provisioner.act.ports import PoolSpec, safe_name
+from provisioner.act.ports import TAG_SHAPE, PoolSpec, safe_name
 from provisioner.act.shapes import (
     aws_instance_tags,
     gcp_accelerator_type,
     gcp_template_name,
     gcp_zone_name,
+    pool_description,
 )
 
-SHAPE_TAG = "shape"
 # The controller owns the size at run time; the program declares only min/max and the shape.
 IGNORE_SIZE = {"aws": ["desiredCapacity"], "gcp": ["targetSize"]}
 
@@ -82,7 +82,7 @@ def aws_pool(spec: PoolSpec) -> dict[str, pulumi.CustomResource]:
             aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=instance_tags)
             for kind in ("instance", "volume")
         ],
-        tags={**spec.tags, SHAPE_TAG: spec.shape_hash},
+        tags={**spec.tags, TAG_SHAPE: spec.shape_hash},
     )
     placement: dict[str, Any] = (
         {"vpc_zone_identifiers": list(spec.subnets)}
@@ -116,7 +116,7 @@ def gcp_pool(spec: PoolSpec) -> dict[str, pulumi.CustomResource]:
         f"{name}-tpl",
         name=gcp_template_name(spec),
         project=project,
-        description=f"GPU burst pool {spec.pool} ({spec.offer})",
+        description=pool_description(spec),
         machine_type=spec.instance_type,
         guest_accelerators=[
             gcp.compute.InstanceTemplateGuestAcceleratorArgs(
@@ -151,7 +151,7 @@ def gcp_pool(spec: PoolSpec) -> dict[str, pulumi.CustomResource]:
         project=project,
         region=spec.region,
         base_instance_name=safe_name(name, 54),
-        description=f"GPU burst pool {spec.pool} ({spec.offer})",
+        description=pool_description(spec),
         versions=[
             gcp.compute.RegionInstanceGroupManagerVersionArgs(
                 name="primary", instance_template=tpl.self_link_unique

@@ -17,6 +17,7 @@ from tenacity import Retrying
 
 from provisioner.act.ports import (
     TAG_CONTROLLER,
+    TAG_SHAPE,
     CloudState,
     GroupStatus,
     OwnedInstance,
@@ -40,7 +41,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 ASG_NAME_TAG = "aws:autoscaling:groupName"
-SHAPE_TAG = "shape"
 
 CAPACITY_CODES = frozenset(
     {
@@ -245,7 +245,7 @@ class AwsPoolDriver(_AwsBase):
             offer,
             Filters=[{"Name": "launch-template-name", "Values": [name]}],
         ).get("LaunchTemplates", [])
-        tags = {**spec.tags, SHAPE_TAG: spec.shape_hash}
+        tags = {**spec.tags, TAG_SHAPE: spec.shape_hash}
         if not found:
             try:
                 self._call(
@@ -264,7 +264,7 @@ class AwsPoolDriver(_AwsBase):
             return name
         lt = found[0]
         current = {t["Key"]: t["Value"] for t in lt.get("Tags", [])}
-        if current.get(SHAPE_TAG) != spec.shape_hash:
+        if current.get(TAG_SHAPE) != spec.shape_hash:
             ver = self._call(
                 ec2.create_launch_template_version,
                 offer,

@@ -30,6 +30,8 @@ TAG_GROUP = "group"
 TAG_WORKLOAD = "workload"
 TAG_CAPACITY = "capacity"
 COST_TAGS = (TAG_CONTROLLER, TAG_POOL, TAG_TEAM, TAG_DECISION)
+# On AWS launch templates only: the spec's `shape_hash`, so either driver sees a shape change.
+TAG_SHAPE = "shape"
 UNASSIGNED_TEAM = "unassigned"
 
 _NAME_MAX = 63  # GCP resource names and label values; AWS allows more

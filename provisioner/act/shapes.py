@@ -116,6 +116,10 @@ def aws_group_tags(spec: PoolSpec) -> list[dict[str, Any]]:
     ]
 
 
+def pool_description(spec: PoolSpec) -> str:
+    return f"GPU burst pool {spec.pool} ({spec.offer})"
+
+
 def gcp_template_name(spec: PoolSpec) -> str:
     """Instance templates are immutable: a new shape gets a new template name."""
     return safe_name(f"{spec.group_name[:50]}-{spec.shape_hash[:8]}")
@@ -164,7 +168,7 @@ def gcp_template_body(spec: PoolSpec) -> dict[str, Any]:
     }
     return {
         "name": gcp_template_name(spec),
-        "description": f"GPU burst pool {spec.pool} ({spec.offer})",
+        "description": pool_description(spec),
         "properties": props,
     }
 
@@ -176,7 +180,7 @@ def gcp_group_body(spec: PoolSpec, template_link: str) -> dict[str, Any]:
         "baseInstanceName": safe_name(spec.group_name, 54),
         "instanceTemplate": template_link,
         "targetSize": 0,
-        "description": f"GPU burst pool {spec.pool} ({spec.offer})",
+        "description": pool_description(spec),
         # GPUs are scarce per zone: let the group place instances wherever there is capacity.
         "distributionPolicy": {"targetShape": "ANY"},
         "updatePolicy": {"type": "OPPORTUNISTIC", "instanceRedistributionType": "NONE"},
