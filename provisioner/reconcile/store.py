@@ -9,13 +9,13 @@ Intent first: `record_intent` before a cloud call (with the idempotency token th
 have happened; the loop finds out from the cloud (by tag/token) and confirms or fails each one.
 """
 
+from provisioner.domain.money import MICRO
 from provisioner.reconcile.store_decisions import DecisionStore
 from provisioner.reconcile.store_engine import DEFAULT_URL, StoreBase, make_engine
 from provisioner.reconcile.store_instances import InstanceStore
 from provisioner.reconcile.store_ledger import LedgerStore
 from provisioner.reconcile.store_policy import PolicyStore
 from provisioner.reconcile.store_records import (
-    MICRO,
     BillingMark,
     BudgetRecord,
     ConcurrentUpdate,

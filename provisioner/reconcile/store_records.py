@@ -12,10 +12,9 @@ from typing import Any, cast
 from sqlalchemy import Table
 
 from provisioner.domain.instances import CloudInstance
+from provisioner.domain.money import MICRO
 from provisioner.domain.nodes import GpuSample
 from provisioner.domain.plan import Decision
-
-MICRO = Decimal("0.000001")
 
 
 class StoreError(Exception):
