@@ -37,7 +37,13 @@ from provisioner.reconcile.context import (
 )
 from provisioner.reconcile.outcomes import error_code
 from provisioner.reconcile.store import Store
-from provisioner.reconcile.sync import Kill, SyncPlan, owned_from_record, plan_adoptions
+from provisioner.reconcile.sync import (
+    TERMINABLE,
+    Kill,
+    SyncPlan,
+    owned_from_record,
+    plan_adoptions,
+)
 
 log = logging.getLogger("provisioner.loop")
 
@@ -49,13 +55,7 @@ def terminating_moves(
 ) -> list[tuple[str, InstanceState, str]]:
     """The step to `terminating` for a record still live (none for a closed or unknown one)."""
     si = store.instance(instance_id)
-    if si is None or si.instance.state not in (
-        S.REQUESTED,
-        S.ALLOCATED,
-        S.JOINING,
-        S.READY,
-        S.DRAINING,
-    ):
+    if si is None or si.instance.state not in TERMINABLE:
         return []
     return [(instance_id, S.TERMINATING, reason or "terminate")]
 

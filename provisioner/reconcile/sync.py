@@ -56,7 +56,7 @@ JOINED = frozenset(
     {NodeState.IDLE, NodeState.MIXED, NodeState.ALLOCATED, NodeState.DRAINING, NodeState.DRAINED}
 )
 POWERED_OFF = frozenset({NodeState.POWERING_DOWN, NodeState.POWERED_DOWN})
-_TERMINABLE = frozenset({S.REQUESTED, S.ALLOCATED, S.JOINING, S.READY, S.DRAINING})
+TERMINABLE = frozenset({S.REQUESTED, S.ALLOCATED, S.JOINING, S.READY, S.DRAINING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +253,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
             o,
             reason,
             fail_node=node,
-            transition=inst.state in _TERMINABLE,
+            transition=inst.state in TERMINABLE,
             join_failure=join,
         )
 
@@ -366,7 +366,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
                 t.instance,
                 f"sweep: {t.reason}",
                 fail_node=rec.node_name if rec is not None and rec.node_name else "",
-                transition=rec is not None and rec.state in _TERMINABLE,
+                transition=rec is not None and rec.state in TERMINABLE,
                 join_failure=t.reason is SweepReason.LEASE_EXPIRED
                 and rec is not None
                 and rec.state in (S.REQUESTED, S.ALLOCATED, S.JOINING),
