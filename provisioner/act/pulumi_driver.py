@@ -179,15 +179,18 @@ class AutomationStacks:
         # The local backend encrypts stack secrets with a passphrase; none are stored here.
         self.env = {"PULUMI_CONFIG_PASSPHRASE": "", **(env or {})}
 
+    def _settings(self) -> Any:
+        from pulumi import automation as auto
+
+        return auto.ProjectSettings(
+            name=self.project, runtime="python", backend=auto.ProjectBackend(url=self.backend_url)
+        )
+
     def _opts(self) -> Any:
         from pulumi import automation as auto
 
         return auto.LocalWorkspaceOptions(
-            project_settings=auto.ProjectSettings(
-                name=self.project,
-                runtime="python",
-                backend=auto.ProjectBackend(url=self.backend_url),
-            ),
+            project_settings=self._settings(),
             env_vars=dict(self.env),
             secrets_provider="passphrase",
         )
@@ -210,12 +213,5 @@ class AutomationStacks:
     def remove(self, name: str) -> None:
         from pulumi import automation as auto
 
-        ws = auto.LocalWorkspace(
-            project_settings=auto.ProjectSettings(
-                name=self.project,
-                runtime="python",
-                backend=auto.ProjectBackend(url=self.backend_url),
-            ),
-            env_vars=dict(self.env),
-        )
+        ws = auto.LocalWorkspace(project_settings=self._settings(), env_vars=dict(self.env))
         ws.remove_stack(name)
