@@ -104,10 +104,8 @@ class SlurmControl:
         """Drain (no new work), requeue the jobs on the nodes, then mark them DOWN with the
         reason. Returns the ids of the jobs that were on them."""
         why = _reason(reason)
-        # List the jobs first: if Slurm itself marks the node down and requeues them meanwhile
-        # (a loaded or vanishing slurmd), they are still the jobs the interruption hit.
-        jobs = self.jobs_on(nodes)
         self.drain(nodes, why)
+        jobs = self.jobs_on(nodes)
         self.requeue(jobs)
         self._update(nodes, "state=down", f"reason={why}")
         return jobs
@@ -116,10 +114,8 @@ class SlurmControl:
         """A spot interruption notice: drain and requeue now (the instance is going away), then
         power the node down so Slurm stops expecting it."""
         why = _reason(reason)
-        # List the jobs first: if Slurm itself marks the node down and requeues them meanwhile
-        # (a loaded or vanishing slurmd), they are still the jobs the interruption hit.
-        jobs = self.jobs_on(nodes)
         self.drain(nodes, why)
+        jobs = self.jobs_on(nodes)
         self.requeue(jobs)
         self.force_power_down(nodes, why)
         return jobs
