@@ -11,8 +11,9 @@ Node life in Slurm's power saving, as the controller drives it:
 * `drain_and_power_down`: `state=power_down_asap`: no new jobs; running jobs finish; then
   SuspendProgram runs. A running job is never killed.
 * `force_power_down`: `state=power_down_force`: now, killing and requeueing jobs (instance gone).
-* `mark_failed`: drain, requeue its jobs, then `state=down` with a reason (never joined,
-  interrupted).
+* `mark_failed` / `handle_interruption`: take the node out of service with its work (never
+  joined, spot interruption). See `_stop_work` for why the order is list, drain, list, down, and
+  why the controller never requeues a job itself unless Slurm failed it.
 * `resume`: `state=resume`, back into service (a powered-down CLOUD node returns to `idle~`).
 """
 
@@ -23,6 +24,9 @@ from collections.abc import Iterable, Sequence
 from provisioner.domain.errors import ProvisionerError
 from provisioner.observe.slurm_hostlist import join_hostlist
 from provisioner.observe.slurm_runner import CommandResult, CommandRunner, CommandTimeout
+
+# Job states in which Slurm ended a job because its node failed, without requeueing it.
+_NODE_FAILED = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
 
 class SlurmControlError(ProvisionerError):
@@ -101,36 +105,65 @@ class SlurmControl:
         self._update(node, *settings)
 
     def mark_failed(self, nodes: str | Iterable[str], reason: str) -> tuple[str, ...]:
-        """Drain (no new work), requeue the jobs on the nodes, then mark them DOWN with the
-        reason. Returns the ids of the jobs that were on them."""
-        why = _reason(reason)
-        self.drain(nodes, why)
-        jobs = self.jobs_on(nodes)
-        self.requeue(jobs)
-        self._update(nodes, "state=down", f"reason={why}")
-        return jobs
+        """Take nodes that never joined (or broke) out of service: their jobs go back to the
+        queue and the nodes end DOWN with the reason. Returns the ids of the jobs that were on
+        them."""
+        return self._stop_work(nodes, _reason(reason), "state=down")
 
     def handle_interruption(self, nodes: str | Iterable[str], reason: str) -> tuple[str, ...]:
-        """A spot interruption notice: drain and requeue now (the instance is going away), then
-        power the node down so Slurm stops expecting it."""
-        why = _reason(reason)
+        """A spot interruption notice: the instance is going away, so its jobs go back to the
+        queue now and the node powers down so Slurm stops expecting it."""
+        return self._stop_work(nodes, _reason(reason), "state=power_down_force")
+
+    def _stop_work(self, nodes: str | Iterable[str], why: str, final: str) -> tuple[str, ...]:
+        """List, drain, list again, then the final state change, which makes Slurm kill and
+        requeue the running jobs in one step of its own.
+
+        Jobs are listed before the drain so that one Slurm moves in the meantime (requeued on
+        its own, or ended) is still reported; and again after it, for one that started in
+        between. The controller never runs `scontrol requeue` on a job that may have finished
+        in between, since Slurm requeues finished jobs too and the job would run twice: only
+        jobs that Slurm itself ended with NODE_FAIL or BOOT_FAIL (not requeueable by their own
+        settings) are requeued, because the node, not the job, failed."""
+        before = self.jobs_on(nodes)
         self.drain(nodes, why)
-        jobs = self.jobs_on(nodes)
-        self.requeue(jobs)
-        self.force_power_down(nodes, why)
+        jobs = tuple(dict.fromkeys(before + self.jobs_on(nodes)))
+        self._update(nodes, final, f"reason={why}")
+        failed = [j for j, state in self.job_states(jobs).items() if state in _NODE_FAILED]
+        self.requeue(failed)
         return jobs
 
     # ------------------------------------------------------------------ jobs
     def jobs_on(self, nodes: str | Iterable[str]) -> tuple[str, ...]:
-        """Ids of jobs running, configuring or completing on the nodes."""
+        """Ids of jobs running, configuring, completing or suspended on the nodes, and of jobs
+        a failure of the nodes ended without requeueing them (still remembered by Slurm)."""
         res = self._checked(
-            [self._squeue, "-h", "-w", _names(nodes), "-t", "R,CF,CG,S", "-o", "%i"]
+            [self._squeue, "-h", "-w", _names(nodes), "-t", "R,CF,CG,S,NF,BF", "-o", "%i"]
         )
         ids = (line.strip() for line in res.stdout.splitlines())
         return tuple(dict.fromkeys(i for i in ids if i))
 
+    def job_states(self, job_ids: Iterable[str]) -> dict[str, str]:
+        """Slurm's state name (RUNNING, PENDING, COMPLETED, NODE_FAIL, ...) of each job it still
+        remembers; finished jobs are remembered for MinJobAge."""
+        ids = list(job_ids)
+        if not ids:
+            return {}
+        fmt = ["-t", "all", "-o", "%i %T"]
+        res = self._run([self._squeue, "-h", "-j", ",".join(ids), *fmt])
+        if not res.ok:  # one id Slurm has already forgotten fails the whole `-j` query
+            res = self._checked([self._squeue, "-h", *fmt])
+        wanted = set(ids)
+        states: dict[str, str] = {}
+        for line in res.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] in wanted:
+                states[parts[0]] = parts[1]
+        return states
+
     def requeue(self, job_ids: Iterable[str]) -> tuple[str, ...]:
-        """Requeue each job; ones Slurm already requeued or ended are skipped. Returns the ids
+        """Requeue each job; one already pending is refused by Slurm and skipped. Slurm also
+        requeues a finished job, so callers pass only jobs that must run again. Returns the ids
         Slurm accepted."""
         done: list[str] = []
         for jid in job_ids:

@@ -16,6 +16,7 @@ from typing import TypeVar
 import pytest
 
 from provisioner.clock import SystemClock
+from provisioner.domain.errors import SnapshotError
 from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import Node, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
@@ -76,20 +77,29 @@ class Cluster:
         self.handoffs.append(process_power_requests(self.queue, self.handler, self.now()))
         return self.observer.observe()
 
+    def snapshot(self) -> ClusterSnapshot:
+        """One pass's snapshot, retrying Slurm's transient errors for a while (see `wait`)."""
+        return self.wait("a snapshot", lambda s: s, timeout=30)
+
     def wait(self, what: str, pred: Callable[[ClusterSnapshot], T | None], timeout: float) -> T:
         """Poll real daemons with a deadline (the only waiting the tests do)."""
         deadline = time.monotonic() + timeout
-        snap = self.tick()
+        last = "no answer from Slurm yet"
         while True:
-            got = pred(snap)
-            if got:
-                return got
+            try:
+                snap = self.tick()
+            except SnapshotError as exc:
+                # slurmctld answers "Unspecified error" now and then while a node changes state
+                # under load: a poll retries it; one that persists fails the test with its text
+                last = f"Slurm error: {exc}"
+            else:
+                got = pred(snap)
+                if got:
+                    return got
+                last = brief(snap)
             if time.monotonic() > deadline:
-                pytest.fail(
-                    f"timed out after {timeout:g} s waiting for {what}; last: {brief(snap)}"
-                )
+                pytest.fail(f"timed out after {timeout:g} s waiting for {what}; last: {last}")
             time.sleep(0.3)
-            snap = self.tick()
 
 
 def job(snap: ClusterSnapshot, job_id: str) -> Job | None:

@@ -95,7 +95,7 @@ def test_slurm_driven_burst_runs_pending_job_on_cloud_then_powers_down(cluster: 
         j = job(s, burst)
         return j if j and j.state is JobState.COMPLETED else None
 
-    snap = c.tick()
+    snap = c.snapshot()
     assert job(snap, queued).state is JobState.PENDING
     finished = c.wait("the burst job to complete", done, timeout=60)
     (ran_on,) = finished.nodes
@@ -109,7 +109,7 @@ def test_slurm_driven_burst_runs_pending_job_on_cloud_then_powers_down(cluster: 
         (ran_on, 4, "cloud", "gputeam")
     ]
     # on-prem jobs still hold their GPUs; the on-prem job kept waiting
-    snap = c.tick()
+    snap = c.snapshot()
     assert job(snap, queued).state is JobState.PENDING
     for f in fill:
         c.runner.run(["scancel", f], timeout_s=10)
@@ -123,6 +123,13 @@ def test_slurm_driven_burst_runs_pending_job_on_cloud_then_powers_down(cluster: 
     suspended = [r for h in c.handoffs for r in h.handled if r.action is PowerAction.SUSPEND]
     assert ran_on in {r.node for r in suspended}
     assert not c.launcher.running(ran_on)
+
+
+def _restarts(c: Cluster, jid: str) -> int:
+    """How many times Slurm restarted the job, from its own record."""
+    m = re.search(r"\bRestarts=(\d+)", c.sh("scontrol", "show", "job", jid))
+    assert m, f"no Restarts= in scontrol show job {jid}"
+    return int(m.group(1))
 
 
 def _boot(c: Cluster, name: str) -> None:
@@ -139,7 +146,7 @@ def test_power_down_asap_lets_the_running_job_finish(cluster: Cluster) -> None:
     jid = c.sbatch("-p", "cloud", "-w", name, "--gres=gpu:1", wrap="sleep 6; echo finished")
     c.wait("the job to run", lambda s: job(s, jid).state is JobState.RUNNING, timeout=40)
     c.control.drain_and_power_down(name, "scale-in: idle pool")
-    snap = c.tick()
+    snap = c.snapshot()
     assert node(snap, name).state is NodeState.DRAINING
     assert job(snap, jid).state is JobState.RUNNING
 
@@ -160,12 +167,13 @@ def test_node_that_never_joins_is_marked_failed_and_its_job_requeued(cluster: Cl
     limit = _timing(c, "SLURM_RESUME_TIMEOUT") + 30
     failed = c.wait("ResumeFailProgram", lambda s: c.handler.failed, timeout=limit)
     assert failed[0][0] == name
-    snap = c.tick()
+    snap = c.snapshot()
     n = node(snap, name)
     assert n.state is NodeState.DOWN
     reason = c.sh("sinfo", "-h", "-n", name, "-o", "%E")
     assert "did not join" in reason or "ResumeTimeout" in reason
     assert job(snap, jid).state is JobState.PENDING  # requeued, not lost
+    assert _restarts(c, jid) <= 1  # and not twice
     assert not c.launcher.running(name)
 
 
@@ -175,11 +183,12 @@ def test_spot_interruption_drains_and_requeues(cluster: Cluster) -> None:
     _boot(c, name)
     jid = c.sbatch("-p", "cloud", "-w", name, "--gres=gpu:2", "--requeue", wrap="sleep 120")
     c.wait("the job to run", lambda s: job(s, jid).state is JobState.RUNNING, timeout=40)
-    requeued = c.control.handle_interruption(name, "spot interruption notice")
-    assert requeued == (jid,)
+    reported = c.control.handle_interruption(name, "spot interruption notice")
+    assert reported == (jid,)
     snap = c.wait(
-        "the job back in the queue", lambda s: job(s, jid).state is JobState.PENDING and s, 20
+        "the job back in the queue", lambda s: job(s, jid).state is JobState.PENDING and s, 30
     )
+    assert _restarts(c, jid) == 1  # requeued once: not lost, not run twice
     assert node(snap, name).state in (
         NodeState.POWERING_DOWN,
         NodeState.POWERED_DOWN,

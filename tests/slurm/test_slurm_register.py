@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from slurm_jobs_model import EVENTS, ModelJob, SlurmJobsModel
 
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.offers import OfferKey
@@ -78,17 +79,40 @@ def test_control_commands() -> None:
     ]  # fmt: skip
 
 
-def test_mark_failed_drains_requeues_then_downs() -> None:
-    r = RecordingRunner(squeue_out="41\n42\n41\n", fail={"scontrol requeue 42"})
-    jobs = SlurmControl(r).mark_failed("cloud-aws-3", "did not join")
-    assert jobs == ("41", "42")
-    assert r.calls == [
-        ["scontrol", "update", "nodename=cloud-aws-3", "state=drain", "reason=did not join"],
-        ["squeue", "-h", "-w", "cloud-aws-3", "-t", "R,CF,CG,S", "-o", "%i"],
-        ["scontrol", "requeue", "41"],
-        ["scontrol", "requeue", "42"],  # already requeued by Slurm: tolerated
-        ["scontrol", "update", "nodename=cloud-aws-3", "state=down", "reason=did not join"],
-    ]
+RACES = [(m, e, at) for m in ("mark_failed", "handle_interruption") for e in EVENTS
+         for at in range(7)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("method", "event", "at"), RACES)
+def test_taking_a_node_away_never_loses_or_reruns_a_job(method: str, event: str, at: int) -> None:
+    """Whatever the job does between the controller's commands (completes, is requeued by Slurm
+    itself, fails with its node, or starts just before the drain), each job ends either
+    completed exactly once or back in the queue exactly once, and every job put back is
+    reported."""
+    jobs = {
+        "41": ModelJob("41", "RUNNING", "cloud-aws-3"),
+        "42": ModelJob("42", "RUNNING", "cloud-aws-3", requeue=False),
+        "43": ModelJob("43", "PENDING", None),
+    }
+    target = "43" if event == "start" else "41"
+    model = SlurmJobsModel("cloud-aws-3", jobs, events=[(at, target, event)])
+    reported = getattr(SlurmControl(model), method)("cloud-aws-3", "did not join")
+    for j in jobs.values():
+        assert not j.requeued_after_completion, f"job {j.job_id} was run a second time"
+        assert j.state in ("COMPLETED", "PENDING"), f"job {j.job_id} lost: {j.state}"
+        assert j.restarts + j.completions <= 1 or j.job_id == "43", j
+        if j.restarts and j.job_id in model.on_node_at_start:
+            assert j.job_id in reported, f"job {j.job_id} put back but not reported"
+    assert jobs["42"].state == "PENDING" and jobs["42"].restarts == 1  # its node failed
+    assert model.node_state in ("DOWN", "POWER_DOWN_FORCE")
+
+
+def test_mark_failed_reports_each_job_once_and_ends_down() -> None:
+    jobs = {"41": ModelJob("41", "RUNNING", "cloud-aws-3")}
+    model = SlurmJobsModel("cloud-aws-3", jobs)
+    assert SlurmControl(model).mark_failed("cloud-aws-3", "did not  join") == ("41",)
+    assert model.node_state == "DOWN"
+    assert jobs["41"].state == "PENDING" and jobs["41"].restarts == 1
 
 
 def test_control_errors_are_typed() -> None:
