@@ -5,7 +5,9 @@ One pass:
 2. keep a job on-prem when its predicted wait is within its waiting budget (or shorter than the
    cloud's time to ready); urgent classes burst at once on on-demand capacity;
 3. give the rest to burst capacity already requested or idle, then to new nodes: the offer with
-   the lowest expected cost that passes back-off, pool max size and the hard budgets;
+   the lowest expected cost that passes back-off, pool max size and the hard budgets; CLOUD
+   nodes Slurm powers up on its own (a job sent straight to a burst partition) get an instance
+   through the same guardrails;
 4. drain burst nodes idle past the idle timeout (Slurm and NVML agree), terminate drained ones and
    instances that never joined.
 """
@@ -148,6 +150,7 @@ class _Planner:
         self.decisions: list[Decision] = []
         self.actions: list[Action] = []
         self.predicted: dict[str, float] = {}
+        self.planned_nodes = 0
         # Rankings depend only on the catalog, the policy and the job's shape: memoised on the
         # catalog so a simulator calling plan() per event does not rank offers again each time.
         self._rank_cache = catalog.memo
@@ -263,6 +266,7 @@ class _Planner:
         bursting = self._predict(prof)
         open_nodes = self._capacity_in_flight()
         self._burst(bursting, open_nodes)
+        self._slurm_power_ups()
         claimed = {o.node_name for o in open_nodes if o.node_name and o.job_ids}
         self._scale_down(claimed)
         return Plan(self.now, tuple(self.actions), tuple(self.decisions), self.predicted)
@@ -383,7 +387,6 @@ class _Planner:
             tuple[int, str], tuple[tuple[Alternative, ...], list[str], str, float, float]
         ] = {}
         planned_nodes = 0
-        cap_nodes = self.policy.guardrails.max_scale_up_nodes_per_pass
         for job, wp, runtime, start, budget in bursting:
             model = (job.gpu_type or self.onprem_model).lower()
             urgent = wp.urgent
@@ -439,9 +442,6 @@ class _Planner:
                     detail={"gpu_model": model, "gpus": str(job.gpus)},
                 )
                 continue
-            alts: list[Alternative] = []
-            chosen: Candidate | None = None
-            blocked: ReasonCode | None = None
             spot = self.policy.spot
             if self._full_pools(ranked) is not None:
                 # Every pool that could take this job is at its max size: one decision for all
@@ -449,7 +449,7 @@ class _Planner:
                 key = (id(ranked), team)
                 group = at_max.get(key)
                 if group is None:
-                    alts = [
+                    alts: list[Alternative] = [
                         Alternative(
                             c.key, c.usd_hr, _usd(c.expected_cost(runtime, spot)), False, "pool_max"
                         )
@@ -459,35 +459,7 @@ class _Planner:
                 else:
                     group[1].append(job.job_id)
                 continue
-            ranked_iter: Sequence[Candidate] = ranked
-            for cand in ranked_iter:
-                why = ""
-                expected: Decimal | None = None
-                if self.backoff.blocked(cand.key, self.now):
-                    why, code = "backoff", ReasonCode.BLOCKED_BACKOFF
-                elif (
-                    self.pool_nodes.get(cand.pool, 0) + cand.nodes
-                    > self.policy.pool(cand.pool).max_nodes
-                ):
-                    why, code = "pool_max", ReasonCode.BLOCKED_POOL_MAX
-                elif planned_nodes + cand.nodes > cap_nodes:
-                    why, code = "pass_max", ReasonCode.BLOCKED_POOL_MAX
-                else:
-                    expected = _usd(cand.expected_cost(runtime, spot))
-                    verdict = self.budget.allows(cand.usd_hr, team, expected)
-                    if verdict is not None:
-                        why, code = verdict.value, verdict
-                if why:
-                    blocked = blocked or code
-                    if len(alts) < MAX_ALTERNATIVES:
-                        if expected is None:
-                            expected = _usd(cand.expected_cost(runtime, spot))
-                        alts.append(Alternative(cand.key, cand.usd_hr, expected, False, why))
-                    continue
-                chosen = cand
-                assert expected is not None
-                alts.append(Alternative(cand.key, cand.usd_hr, expected, True))
-                break
+            chosen, alts, blocked = self._first_allowed(ranked, team, runtime, planned_nodes)
             if chosen is None:
                 self._decide(
                     blocked or ReasonCode.BLOCKED_NO_OFFER,
@@ -536,6 +508,7 @@ class _Planner:
                         job_ids=[job.job_id],
                     )
                 )
+        self.planned_nodes = planned_nodes
         for alts_t, job_ids, team, wait_s, budget in at_max.values():
             self._decide(
                 ReasonCode.BLOCKED_POOL_MAX,
@@ -570,6 +543,140 @@ class _Planner:
                     gpus_per_node=g.cand.gpus_per_node,
                     usd_per_hour_per_node=g.cand.usd_hr_per_node,
                     job_ids=tuple(g.job_ids),
+                    decision=d,
+                )
+            )
+
+    def _first_allowed(
+        self, ranked: Sequence[Candidate], team: str, runtime: float, planned_nodes: int
+    ) -> tuple[Candidate | None, list[Alternative], ReasonCode | None]:
+        """The cheapest of `ranked` that passes every guardrail (back-off, the pool's max size,
+        the per-pass max, the global $/h cap and the team's monthly budget), the alternatives
+        passed over with why, and the first guardrail that blocked one. Every scale-up, the
+        planner's own and the ones Slurm asks for, goes through here."""
+        alts: list[Alternative] = []
+        blocked: ReasonCode | None = None
+        spot = self.policy.spot
+        cap_nodes = self.policy.guardrails.max_scale_up_nodes_per_pass
+        for cand in ranked:
+            why = ""
+            expected: Decimal | None = None
+            if self.backoff.blocked(cand.key, self.now):
+                why, code = "backoff", ReasonCode.BLOCKED_BACKOFF
+            elif (
+                self.pool_nodes.get(cand.pool, 0) + cand.nodes
+                > self.policy.pool(cand.pool).max_nodes
+            ):
+                why, code = "pool_max", ReasonCode.BLOCKED_POOL_MAX
+            elif planned_nodes + cand.nodes > cap_nodes:
+                why, code = "pass_max", ReasonCode.BLOCKED_POOL_MAX
+            else:
+                expected = _usd(cand.expected_cost(runtime, spot))
+                verdict = self.budget.allows(cand.usd_hr, team, expected)
+                if verdict is not None:
+                    why, code = verdict.value, verdict
+            if why:
+                blocked = blocked or code
+                if len(alts) < MAX_ALTERNATIVES:
+                    if expected is None:
+                        expected = _usd(cand.expected_cost(runtime, spot))
+                    alts.append(Alternative(cand.key, cand.usd_hr, expected, False, why))
+                continue
+            assert expected is not None
+            alts.append(Alternative(cand.key, cand.usd_hr, expected, True))
+            return cand, alts, blocked
+        return None, alts, blocked
+
+    def _slurm_power_ups(self) -> None:
+        """Slurm-driven mode: a job submitted straight to a burst partition makes Slurm power
+        up a CLOUD node on its own. Such a node gets an instance only as any burst does: the
+        cheapest offer of the node's pool that passes every guardrail, the team's budget
+        included. A node that unbound capacity of its pool (booting, or a launch not listed
+        yet) will take needs nothing new; a blocked one times out in Slurm, which requeues its
+        job."""
+        held = {i.node_name for i in self.snap.instances if i.node_name and not i.state.terminal}
+        spare: dict[str, int] = {}
+        for inst in self.snap.instances:
+            if not inst.node_name and inst.state in (
+                InstanceState.REQUESTED,
+                InstanceState.ALLOCATED,
+            ):
+                spare[inst.pool] = spare.get(inst.pool, 0) + 1
+        jobs_on: dict[str, list[Job]] = {}
+        for job in (*self.snap.running, *self.snap.pending):
+            for name in job.nodes:
+                jobs_on.setdefault(name, []).append(job)
+        pools = {p.name: p for p in self.policy.pools}
+        for node in sorted(self.snap.nodes, key=lambda n: n.name):
+            if node.kind is not NodeKind.BURST or node.state is not NodeState.POWERING_UP:
+                continue
+            if node.name in held or node.pool not in pools:
+                continue
+            if spare.get(node.pool, 0) > 0:
+                spare[node.pool] -= 1
+                continue
+            pool = pools[node.pool]
+            jobs = jobs_on.get(node.name, [])
+            job_ids = tuple(j.job_id for j in jobs)
+            team = self.policy.budgets.team_for(jobs[0].account if jobs else "")
+            about = {"by": "slurm", "node": node.name, "pool": pool.name}
+            if self.snap.paused:
+                self._decide(ReasonCode.BLOCKED_PAUSED, job_ids, team=team, detail=about)
+                continue
+            gpus = node.gpus or 1
+            model = (pool.gpu_model or node.gpu_type or self.onprem_model).lower()
+            runtime = max((_runtime(j, self.policy) for j in jobs), default=0.0) or (
+                self.policy.waiting.default.default_runtime_s
+                or self.policy.onprem.fallback_runtime_s
+            )
+            cands = candidates_for(
+                gpus,
+                model,
+                (pool,),
+                self.catalog,
+                (CapacityType.ON_DEMAND, CapacityType.SPOT),
+                self.policy.spot,
+                self.policy.onprem.equivalent_gpu_models,
+            )
+            ranked = [
+                c
+                for c in rank(cands, runtime, self.policy.spot)
+                if c.nodes == 1 and c.gpus_per_node >= gpus
+            ]
+            chosen, alts, blocked = self._first_allowed(ranked, team, runtime, self.planned_nodes)
+            if chosen is None:
+                self._decide(
+                    blocked or ReasonCode.BLOCKED_NO_OFFER,
+                    job_ids,
+                    alternatives=tuple(alts),
+                    team=team,
+                    global_headroom_usd_hr=self.budget.global_headroom(),
+                    team_headroom_usd=self.budget.team_headroom.get(team),
+                    detail=about,
+                )
+                continue
+            expected = _usd(chosen.expected_cost(runtime, self.policy.spot))
+            self.budget.spend(chosen.usd_hr, team, expected)
+            self.pool_nodes[pool.name] = self.pool_nodes.get(pool.name, 0) + 1
+            self.planned_nodes += 1
+            d = self._decide(
+                ReasonCode.BURST_URGENT,
+                job_ids,
+                chosen=chosen.key,
+                alternatives=tuple(alts),
+                global_headroom_usd_hr=self.budget.global_headroom(),
+                team_headroom_usd=self.budget.team_headroom.get(team),
+                team=team,
+                detail=about,
+            )
+            self.actions.append(
+                ScaleUp(
+                    pool=pool.name,
+                    offer=chosen.key,
+                    nodes=1,
+                    gpus_per_node=chosen.gpus_per_node,
+                    usd_per_hour_per_node=chosen.usd_hr_per_node,
+                    job_ids=job_ids,
                     decision=d,
                 )
             )

@@ -51,7 +51,6 @@ class LoopConfig:
     unbound_timeout_s: float = 600.0  # an instance Slurm asked no node for is let go
     # Slurm-driven: a CLOUD node Slurm powers up on its own (a job submitted straight to a burst
     # partition, or placed on another node than the one in flight) gets an instance.
-    serve_slurm_power_ups: bool = True
     telemetry_max_age_s: float = 300.0
     settle_s: float = 0.0  # accountant: bill live instances up to now - settle_s
     intent_window_s: float = 3600.0  # scale-up intents read back for adoption

@@ -20,7 +20,7 @@ and the observed world can be shown to leave no orphan and no duplicate.
 
 This module orchestrates the pass (`Reconciler`) and runs passes on a tick (`ControllerLoop`);
 the steps live beside it: `recovery.py` (recover), `snapshot_view.py` (observe, the planner's
-view), `actuation.py` (sync applied, act), `power_ups.py` (Slurm-driven power-ups),
+view), `actuation.py` (sync applied, act; Slurm-driven power-ups are planned by `plan()`),
 `registration.py` (register), `accounting_step.py` (account); `context.py` holds what they
 share (deps, settings, report, crash steps) and `outcomes.py` the cloud-call error codes and the
 back-off rebuilt from them.
@@ -59,7 +59,6 @@ from provisioner.reconcile.context import (
     ReconcilerDeps,
 )
 from provisioner.reconcile.outcomes import error_code, rebuild_backoff
-from provisioner.reconcile.power_ups import serve_power_ups
 from provisioner.reconcile.recovery import recover_intents
 from provisioner.reconcile.registration import register
 from provisioner.reconcile.snapshot_view import EffectivePolicy, enrich, list_owned, observe
@@ -184,8 +183,6 @@ class Reconciler:
             )
         )
         self.actuator.apply_sync(splan, now, snap, report)
-        if self.config.serve_slurm_power_ups and not snap.stale:
-            serve_power_ups(self.ctx, self.actuator, self.effective_policy, snap, now, report)
         view = enrich(self.ctx, snap, now)
         policy = self.effective_policy.current()
         plan = make_plan(planning_view(view, policy), policy, self.catalog, self.backoff, now)

@@ -7,6 +7,7 @@ from dataclasses import replace
 from decimal import Decimal
 
 from provisioner.domain.instances import InstanceState
+from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import GpuSample, Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Drain, ReasonCode, ScaleUp, Terminate
@@ -281,3 +282,94 @@ def test_decisions_about_different_instances_have_different_ids() -> None:
     p = plan(snap(instances=tuple(joining)), policy(), catalog(), Backoff(), T0)
     ids = [t.decision.decision_id for t in p.terminations]
     assert len(ids) == 2 and len(set(ids)) == 2
+
+
+# --------------------------------------------------------------------------- Slurm power-ups
+
+
+def powering_up(name: str = "cloud-aws-1", gpus: int = 1) -> Node:
+    return Node(
+        name=name,
+        kind=NodeKind.BURST,
+        gpus=gpus,
+        gpu_type="a100",
+        state=NodeState.POWERING_UP,
+        pool="aws-a100",
+    )
+
+
+def placed(job_id: str, node: str, account: str = "ml") -> Job:
+    """A job Slurm placed on a CLOUD node it is powering up (CONFIGURING, seen as running)."""
+    return replace(running(job_id, 1, node, ends_in=1000), account=account)
+
+
+TEAM_CAP = {"teams": {"research": {"monthly_usd": "100"}}, "team_of_account": {"ml": "research"}}
+
+
+def test_a_node_slurm_powers_up_gets_the_cheapest_allowed_offer_from_plan() -> None:
+    p = plan(
+        snap(placed("s1", "cloud-aws-1"), nodes=(*FULL, powering_up())),
+        policy(budgets=TEAM_CAP),
+        catalog(),
+        Backoff(),
+        T0,
+    )
+    (up,) = p.scale_ups
+    assert up.pool == "aws-a100" and up.nodes == 1 and up.job_ids == ("s1",)
+    assert up.offer == OfferKey("aws", "us-east-1", "a2-1g", CapacityType.SPOT)
+    d = up.decision
+    assert d.reason is ReasonCode.BURST_URGENT and d.team == "research"
+    assert d.detail == {"by": "slurm", "node": "cloud-aws-1", "pool": "aws-a100"}
+
+
+def test_a_node_slurm_powers_up_cannot_spend_past_its_team_budget() -> None:
+    """The bypass of issue 10 item 2: Slurm-driven power-ups skipped the team's monthly cap."""
+    spend = SpendState(team_month_spent_usd={"research": Decimal("99.95")})
+    p = plan(
+        snap(placed("s1", "cloud-aws-1"), nodes=(*FULL, powering_up()), spend=spend),
+        policy(budgets=TEAM_CAP),
+        catalog(),
+        Backoff(),
+        T0,
+    )
+    assert not p.scale_ups
+    (d,) = [d for d in p.decisions if d.detail.get("node") == "cloud-aws-1"]
+    assert d.reason is ReasonCode.BLOCKED_TEAM_BUDGET and d.job_ids == ("s1",)
+    # another team's job on the same kind of node is not blocked by research's budget
+    other = placed("s2", "cloud-aws-1", account="other")
+    p = plan(
+        snap(other, nodes=(*FULL, powering_up()), spend=spend),
+        policy(budgets=TEAM_CAP),
+        catalog(),
+        Backoff(),
+        T0,
+    )
+    assert [u.job_ids for u in p.scale_ups] == [("s2",)]
+
+
+def test_a_node_slurm_powers_up_respects_global_cap_pool_max_backoff_and_pause() -> None:
+    nodes = (*FULL, powering_up())
+    s = snap(placed("s1", "cloud-aws-1"), nodes=nodes, spend=SpendState(burn_usd_hr=Decimal("4.5")))
+    p = plan(s, policy(budgets={"global_usd_per_hour": "5"}), catalog(), Backoff(), T0)
+    assert not p.scale_ups and reasons(p)["s1"] is ReasonCode.BLOCKED_GLOBAL_BUDGET
+    pol = policy(
+        pools=[{"name": "aws-a100", "cloud": "aws", "regions": ["us-east-1"],
+                "gpu_model": "A100", "max_nodes": 0}]
+    )  # fmt: skip
+    p = plan(snap(placed("s1", "cloud-aws-1"), nodes=nodes), pol, catalog(), Backoff(), T0)
+    assert not p.scale_ups and reasons(p)["s1"] is ReasonCode.BLOCKED_POOL_MAX
+    p = plan(snap(placed("s1", "cloud-aws-1"), nodes=nodes, paused=True), policy(), catalog(),
+             Backoff(), T0)  # fmt: skip
+    assert not p.scale_ups and reasons(p)["s1"] is ReasonCode.BLOCKED_PAUSED
+    stale = snap(placed("s1", "cloud-aws-1"), nodes=nodes, stale=True)
+    assert not plan(stale, policy(), catalog(), Backoff(), T0).scale_ups
+
+
+def test_a_node_slurm_powers_up_takes_unbound_capacity_of_its_pool_first() -> None:
+    booting = p4d_instance("i-1", InstanceState.REQUESTED, 10)
+    s = snap(placed("s1", "cloud-aws-1"), nodes=(*FULL, powering_up()), instances=(booting,))
+    p = plan(s, policy(), catalog(), Backoff(), T0)
+    assert not p.scale_ups
+    held = replace(booting, node_name="cloud-aws-1", state=InstanceState.JOINING)
+    s = snap(placed("s1", "cloud-aws-1"), nodes=(*FULL, powering_up()), instances=(held,))
+    assert not plan(s, policy(), catalog(), Backoff(), T0).scale_ups
