@@ -83,6 +83,7 @@ class Settings(BaseSettings):
     metrics_public: bool = False
     tick_s: float = Field(default=15.0, gt=0)
     orphan_grace_s: float = Field(default=120.0, ge=0)
+    sweep_max_disagreements: int = Field(default=5, ge=0)
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -277,7 +278,10 @@ def build_controller(
     store = store or Store(settings.store_url)
     slurm = slurm if slurm is not None else build_slurm(settings, clock, policy)
     clouds = clouds if clouds is not None else build_clouds(settings, policy)
-    config = config or LoopConfig(orphan_grace_s=max(settings.orphan_grace_s, 2 * settings.tick_s))
+    config = config or LoopConfig(
+        orphan_grace_s=max(settings.orphan_grace_s, 2 * settings.tick_s),
+        sweep_max_disagreements=settings.sweep_max_disagreements,
+    )
     reconciler = Reconciler(
         ReconcilerDeps(
             store=store,

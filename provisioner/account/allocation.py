@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from decimal import ROUND_DOWN, ROUND_HALF_EVEN, Decimal
 from typing import TypedDict
 
+from provisioner.account.billing import unused_kind
 from provisioner.domain.money import MICRO, cost_for_seconds
 from provisioner.reconcile.store import JobUsage, LedgerEntry, StoredInstance
 
@@ -138,7 +139,14 @@ def allocate_instance_window(
     used = min(sum(s.weight for s in shares), capacity)
     if idle > 0 or not shares:
         out.append(
-            replace(base, cost=idle, team=si.team, gpus=gpus, quantity=(capacity - used) / 3600.0)
+            replace(
+                base,
+                kind=unused_kind(inst, b),
+                cost=idle,
+                team=si.team,
+                gpus=gpus,
+                quantity=(capacity - used) / 3600.0,
+            )
         )
     return out
 

@@ -1,12 +1,18 @@
 """Billing rules: per second, with a 60-second minimum per instance, in windows that never
-straddle a UTC midnight (so every ledger row belongs to exactly one day)."""
+straddle a UTC midnight (so every ledger row belongs to exactly one day).
+
+Time no job used is billed under one of three kinds, so money with no Slurm node behind it is
+visible on its own: `orphan` for an instance found in the cloud with no record (its record is
+rebuilt from its tags), `unbound` for a launched instance before it was bound to a Slurm node,
+and `idle` for a bound node's unused GPUs."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from decimal import Decimal
 
-from provisioner.domain.instances import CloudInstance, InstanceState
+from provisioner.domain.instances import CloudInstance, InstanceOrigin, InstanceState
 from provisioner.domain.money import cost_for_seconds
 
 MIN_BILLED_SECONDS = 60.0
@@ -57,3 +63,23 @@ def day_windows(start: float, end: float) -> Iterator[tuple[float, float]]:
         b = min(end, next_midnight(a))
         yield a, b
         a = b
+
+
+# States in which the instance is bound to a Slurm node.
+_BOUND = frozenset({InstanceState.JOINING, InstanceState.READY, InstanceState.DRAINING})
+
+
+def unbound_until(inst: CloudInstance) -> float:
+    """Until when the instance ran with no Slurm node: its first step into joining or beyond;
+    -inf for one recorded with its node from the start, +inf for one never bound."""
+    for step in inst.history:
+        if step.to_state in _BOUND:
+            return step.at_ts
+    return -math.inf if inst.node_name else math.inf
+
+
+def unused_kind(inst: CloudInstance, window_end: float) -> str:
+    """The ledger kind of the time no job used in a window ending at `window_end`."""
+    if inst.origin is InstanceOrigin.ORPHAN:
+        return "orphan"
+    return "unbound" if window_end <= unbound_until(inst) else "idle"

@@ -1,7 +1,8 @@
 """Budget status: what each team spent on cloud this month, its burn rate, a month-end forecast
 and the headroom left; and the global $/h cap against what is running now.
 
-- spent: ledger cost of kind job + idle (cloud) with a start in this UTC calendar month;
+- spent: ledger cost of the cloud kinds (job, idle, unbound, orphan) with a start in this UTC
+  calendar month;
 - burn: $/h of the team's live cloud instances (requested ones included: they are committed);
 - forecast: spent + burn x hours left in the month (the fleet as it runs now, kept running);
 - headroom: monthly budget - spent.
@@ -18,7 +19,7 @@ from sqlalchemy import func, select
 from provisioner.reconcile.models import GRAINS, RollupRow
 from provisioner.reconcile.store import Store, day_of, from_micros
 
-CLOUD_KINDS = ("job", "idle")
+CLOUD_KINDS = ("job", "idle", "unbound", "orphan")
 TEAM_GRAIN = GRAINS.index(("kind", "team"))
 
 

@@ -100,6 +100,8 @@ _PRICING_CATEGORY = {"on-demand": "Standard", "spot": "Dynamic"}
 _KIND_TEXT = {
     "job": "GPU time of job {job} on {what}",
     "idle": "Idle GPU time on {what}",
+    "unbound": "Cloud instance time before it joined Slurm on {what}",
+    "orphan": "Orphan cloud instance time (found by its tags, no record) on {what}",
     "onprem": "On-premises GPU time of job {job} (amortised) on {what}",
     "energy": "GPU energy on {what}",
 }

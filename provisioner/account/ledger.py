@@ -13,13 +13,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from itertools import pairwise
 
 from provisioner.account.allocation import (
     allocate_energy,
     allocate_instance_window,
     allocate_onprem,
 )
-from provisioner.account.billing import MIN_BILLED_SECONDS, billing_start, day_windows
+from provisioner.account.billing import (
+    MIN_BILLED_SECONDS,
+    billing_start,
+    day_windows,
+    unbound_until,
+)
 from provisioner.account.pricing import energy_usd_per_kwh, onprem_usd_per_gpu_hour
 from provisioner.config.models import Policy
 from provisioner.reconcile.store import BillingMark, LedgerEntry, Store, StoredInstance
@@ -94,8 +100,12 @@ class Accountant:
             self.store.job_usage(instance_id=inst.instance_id, overlapping=(a, b)) if b > a else []
         )
         entries: list[LedgerEntry] = []
+        bound = unbound_until(inst)
         for wa, wb in day_windows(a, b):
-            entries += allocate_instance_window(si, wa, wb, usages, team_for=self._team_for)
+            # cut at the binding too: time before it is `unbound`, after it `idle`
+            cuts = [wa, bound, wb] if wa < bound < wb else [wa, wb]
+            for ca, cb in pairwise(cuts):
+                entries += allocate_instance_window(si, ca, cb, usages, team_for=self._team_for)
         if extra > 0:
             entries += allocate_instance_window(si, b, b, [], extra_seconds=extra)
         mark = BillingMark(inst.instance_id, si.billed_until_ts, b, (b - a) + extra)

@@ -23,7 +23,7 @@ from provisioner.reconcile.models import GRAINS, LedgerRow, RollupRow
 from provisioner.reconcile.store import Store, day_of, from_micros
 
 GROUP_KEYS = ("team", "account", "user", "partition", "cloud", "region", "pool", "kind", "day")
-KINDS = ("job", "idle", "onprem", "energy")
+KINDS = ("job", "idle", "unbound", "orphan", "onprem", "energy")
 
 
 class ReportError(ValueError):

@@ -3,7 +3,8 @@
 * An instance with our controller tag and no record, older than the grace period, is an orphan:
   terminate it (a crash between the cloud call and the store write, or a hand-made instance).
 * An instance whose record is closed (terminated/failed), or whose record has outlived its state's
-  timeout (its lease), is terminated after the grace period.
+  timeout (its lease), is terminated after the grace period; never on lease expiry while Slurm
+  shows its node running a job (`busy_nodes`): a job outlives any lease, it is never killed.
 * A live record whose instance is gone from the cloud is closed, after the grace period, and only
   when the listing was complete (never from a partial listing).
 """
@@ -55,6 +56,7 @@ def plan_sweep(
     grace_s: float,
     timeouts: Mapping[InstanceState, float] | None = None,
     listing_complete: bool = True,
+    busy_nodes: frozenset[str] = frozenset(),
 ) -> SweepPlan:
     by_id = {r.instance_id: r for r in records if r.instance_id}
     terminate: list[SweepTerminate] = []
@@ -74,7 +76,9 @@ def plan_sweep(
         elif rec.state.terminal:
             if now_ts - rec.entered_state_ts >= grace_s:
                 terminate.append(SweepTerminate(inst, SweepReason.RECORD_CLOSED))
-        elif rec.timed_out(now_ts, dict(timeouts) if timeouts is not None else None):
+        elif rec.timed_out(now_ts, dict(timeouts) if timeouts is not None else None) and not (
+            rec.node_name and rec.node_name in busy_nodes
+        ):
             terminate.append(SweepTerminate(inst, SweepReason.LEASE_EXPIRED))
     close: list[SweepClose] = []
     if listing_complete:

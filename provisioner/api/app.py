@@ -383,6 +383,17 @@ def _ops_router() -> APIRouter:
         log.info("bursting resumed by %s", who.who)
         return render.operator_dict(deps.store.operator_state())
 
+    @r.post(
+        "/operator/sweep/approve",
+        tags=["operator"],
+        summary="Let the orphan sweep held by its safety valve go ahead",
+    )
+    def approve_sweep(request: Request, who: Operator) -> dict[str, Any]:
+        deps = _deps(request)
+        deps.store.approve_sweep(_now(deps), by=who.who)
+        log.warning("orphan sweep approved by %s", who.who)
+        return render.operator_dict(deps.store.operator_state())
+
     @r.get("/operator", tags=["operator"], summary="Operator switches")
     def operator_state(request: Request, _: Viewer) -> dict[str, Any]:
         return render.operator_dict(_deps(request).store.operator_state())

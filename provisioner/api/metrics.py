@@ -124,6 +124,13 @@ class ProvisionerCollector(Collector):
         yield GaugeMetricFamily(
             "provisioner_paused", "1 while bursting is paused by an operator.", value=int(op.paused)
         )
+        yield GaugeMetricFamily(
+            "provisioner_sweep_held",
+            "1 while the orphan sweep's safety valve holds: the store and the clouds disagree "
+            "about more instances than allowed, and nothing is terminated until an operator "
+            "approves.",
+            value=int(bool(op.sweep_hold_reason) and not op.sweep_approved),
+        )
         drained = GaugeMetricFamily(
             "provisioner_pool_drained", "1 for a pool an operator drained.", labels=["pool"]
         )

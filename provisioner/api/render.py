@@ -132,6 +132,13 @@ def operator_dict(o: OperatorState) -> dict[str, Any]:
         "updated_at": iso(o.updated_ts) if o.updated_ts else None,
         "updated_by": o.updated_by or None,
         "drained_pools": list(o.drained_pools),
+        "sweep": {
+            "held": bool(o.sweep_hold_reason),
+            "reason": o.sweep_hold_reason or None,
+            "since": iso(o.sweep_hold_ts) if o.sweep_hold_ts is not None else None,
+            "approved_at": iso(o.sweep_approved_ts) if o.sweep_approved_ts is not None else None,
+            "approved_by": o.sweep_approved_by or None,
+        },
     }
 
 

@@ -43,6 +43,12 @@ class DemoOptions:
     summary_every_s: float = 2.0
 
 
+def _cloud_usd(money: dict[str, Decimal]) -> Decimal:
+    from provisioner.account.budgets import CLOUD_KINDS
+
+    return sum((money.get(k, Decimal(0)) for k in CLOUD_KINDS), Decimal(0))
+
+
 def _hm(seconds: float) -> str:
     m = int(seconds // 60)
     return f"{m // 60}h{m % 60:02d}m"
@@ -162,7 +168,7 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
                 "burst_urgent", 0
             )
             money = _money(store, now)
-            cloud = money.get("job", Decimal(0)) + money.get("idle", Decimal(0))
+            cloud = _cloud_usd(money)
             onprem = money.get("onprem", Decimal(0))
             when = datetime.fromtimestamp(now, UTC).strftime("%H:%M")
             return (
@@ -232,7 +238,7 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
             "decisions": sum(decisions.values()),
             "instances": len(instances),
             "terminated": sum(1 for si in instances if si.instance.state.terminal),
-            "cloud_usd": str(money.get("job", Decimal(0)) + money.get("idle", Decimal(0))),
+            "cloud_usd": str(_cloud_usd(money)),
             "onprem_usd": str(money.get("onprem", Decimal(0))),
             "ledger_usd": str(sum(money.values(), Decimal(0))),
             "store": str(db),

@@ -50,6 +50,13 @@ class IllegalTransition(ValueError):
     pass
 
 
+class InstanceOrigin(StrEnum):
+    """How the controller came to hold an instance's record."""
+
+    PLANNED = "planned"  # launched by one of its own scale-ups
+    ORPHAN = "orphan"  # found in the cloud by its tags with no record: rebuilt from the tags
+
+
 @dataclass(frozen=True, slots=True)
 class Transition:
     from_state: InstanceState | None
@@ -73,6 +80,7 @@ class CloudInstance:
     decision_id: str = ""
     node_name: str = ""
     history: tuple[Transition, ...] = field(default=())
+    origin: InstanceOrigin = InstanceOrigin.PLANNED
 
     @property
     def entered_state_ts(self) -> float:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from provisioner.config.models import Policy, PoolPolicy, WaitPolicy
-from provisioner.domain.instances import InstanceState
+from provisioner.domain.instances import InstanceOrigin, InstanceState
 from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
@@ -359,6 +359,8 @@ class _Planner:
         for inst in self.snap.instances:
             if inst.state not in _IN_FLIGHT or inst.instance_id in seen:
                 continue
+            if inst.origin is InstanceOrigin.ORPHAN:
+                continue  # found by its tags: it never boots as a node for these jobs
             node = by_instance.get(inst.instance_id)
             if node is not None and node.state.usable:
                 continue
@@ -597,9 +599,10 @@ class _Planner:
         held = {i.node_name for i in self.snap.instances if i.node_name and not i.state.terminal}
         spare: dict[str, int] = {}
         for inst in self.snap.instances:
-            if not inst.node_name and inst.state in (
-                InstanceState.REQUESTED,
-                InstanceState.ALLOCATED,
+            if (
+                not inst.node_name
+                and inst.state in (InstanceState.REQUESTED, InstanceState.ALLOCATED)
+                and inst.origin is InstanceOrigin.PLANNED
             ):
                 spare[inst.pool] = spare.get(inst.pool, 0) + 1
         jobs_on: dict[str, list[Job]] = {}

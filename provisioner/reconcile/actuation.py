@@ -83,6 +83,18 @@ class Actuator:
             self.store.confirm(token, now, instances=insts)
             report.adopted += len(insts)
             log.info("adopted %s (intent %s)", [i.instance_id for i in insts], token[:8])
+        for rec in sp.orphans:
+            pool = self.ctx.pool(rec.pool)
+            # the pool's team pays for its orphans: their own decision may not be on record
+            self.store.add_instance(rec, team=pool.team if pool is not None else "")
+            report.adopted += 1
+            log.warning(
+                "orphan %s (pool %s, launched %.0f) found in the cloud with no record: "
+                "recorded from its tags, billed as kind orphan",
+                rec.instance_id,
+                rec.pool,
+                rec.launched_ts,
+            )
         for b in sp.bind:
             self.store.set_node_name(b.instance_id, b.node)
             log.info("bound %s to slurm node %s", b.instance_id, b.node)
@@ -116,6 +128,8 @@ class Actuator:
         try:
             if action == "resume":
                 ctl.resume(node)
+            elif action == "drain":
+                ctl.drain_and_power_down(node, reason)
             else:
                 ctl.mark_failed(node, reason)
             log.info("slurm node %s: %s (%s)", node, action, reason)

@@ -49,8 +49,9 @@ class LoopConfig:
     orphan_grace_s: float = 120.0  # must exceed one tick
     retry_terminate_s: float = 120.0
     unbound_timeout_s: float = 600.0  # an instance Slurm asked no node for is let go
-    # Slurm-driven: a CLOUD node Slurm powers up on its own (a job submitted straight to a burst
-    # partition, or placed on another node than the one in flight) gets an instance.
+    # The sweep's safety valve: more store/cloud disagreements than this in one pass (a store
+    # restored from an old copy, a wrong store URL) and it terminates nothing until approved.
+    sweep_max_disagreements: int = 5
     telemetry_max_age_s: float = 300.0
     settle_s: float = 0.0  # accountant: bill live instances up to now - settle_s
     intent_window_s: float = 3600.0  # scale-up intents read back for adoption
@@ -94,6 +95,7 @@ class PassReport:
     ledger_usd: Decimal = Decimal(0)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    sweep_held: str = ""  # the orphan sweep's safety valve holds, and why
 
 
 class PassContext:
@@ -131,6 +133,11 @@ class PassContext:
             return self.policy.pool(name)
         except KeyError:
             return None
+
+    @property
+    def offers_by_type(self) -> dict[tuple[str, str, str], Offer]:
+        """(cloud, region, instance type) -> the catalog's offer."""
+        return self._offers
 
     def offer(self, key: OfferKey) -> Offer | None:
         return self._offers.get((key.cloud, key.region, key.instance_type))

@@ -166,6 +166,7 @@ class Reconciler:
         listed = {o.instance_id: o for o in owned}
         records = self.ctx.records(now)
         intents = self.store.intents(kind="scale_up", since_ts=now - self.config.intent_window_s)
+        operator = self.store.operator_state()
         splan = plan_sync(
             SyncInput(
                 now_ts=now,
@@ -180,8 +181,12 @@ class Reconciler:
                 retry_terminate_s=self.config.retry_terminate_s,
                 unbound_timeout_s=self.config.unbound_timeout_s,
                 timeouts=self._timeouts(),
+                offers=self.ctx.offers_by_type,
+                max_disagreements=self.config.sweep_max_disagreements,
+                sweep_approved=operator.sweep_approved,
             )
         )
+        self._sweep_valve(splan.sweep_hold, operator.sweep_hold_reason, now, report)
         self.actuator.apply_sync(splan, now, snap, report)
         view = enrich(self.ctx, snap, now)
         policy = self.effective_policy.current()
@@ -198,6 +203,16 @@ class Reconciler:
         report.seconds = time.monotonic() - t0
         self.last_report = report
         return report
+
+    def _sweep_valve(self, hold: str, held_before: str, now: float, report: PassReport) -> None:
+        """Record the safety valve's state for the API and metrics; say it in the log."""
+        if hold:
+            report.sweep_held = hold
+            log.warning("orphan sweep held: %s", hold)
+        elif held_before:
+            log.warning("orphan sweep no longer held")
+        if hold != held_before:
+            self.store.set_sweep_hold(hold, now)
 
     # ------------------------------------------------------------------ decisions
 

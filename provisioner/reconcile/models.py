@@ -92,6 +92,12 @@ class OperatorStateRow(Base):
     reason: Mapped[str] = mapped_column(String(500), default="")
     updated_ts: Mapped[float] = mapped_column(Float, default=0.0)
     updated_by: Mapped[str] = mapped_column(String(128), default="")
+    # The sweep's safety valve: why it holds (empty: it does not), since when, and when an
+    # operator last let it go ahead.
+    sweep_hold_reason: Mapped[str] = mapped_column(String(500), default="", server_default="")
+    sweep_hold_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
+    sweep_approved_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
+    sweep_approved_by: Mapped[str] = mapped_column(String(128), default="", server_default="")
 
 
 class IntentRow(Base):
@@ -144,6 +150,8 @@ class InstanceRow(Base):
     # Accounting watermark: cost is in the ledger up to this time.
     billed_until_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
     billed_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    # InstanceOrigin: "planned" (our scale-up) or "orphan" (rebuilt from its cloud tags)
+    origin: Mapped[str] = mapped_column(String(16), default="planned", server_default="planned")
 
     history: Mapped[list[InstanceTransitionRow]] = relationship(
         back_populates="instance",

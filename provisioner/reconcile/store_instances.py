@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, selectinload
 from provisioner.domain.instances import (
     DEFAULT_STATE_TIMEOUTS_S,
     CloudInstance,
+    InstanceOrigin,
     InstanceState,
     Transition,
 )
@@ -289,6 +290,7 @@ def _new_instance_row(inst: CloudInstance, *, team: str, intent_token: str) -> I
         intent_token=intent_token,
         billed_until_ts=None,
         billed_seconds=0.0,
+        origin=str(inst.origin),
     )
     steps = inst.history or (Transition(None, inst.state, inst.launched_ts, "recorded"),)
     row.history = [
@@ -326,6 +328,7 @@ def _cloud_instance(r: InstanceRow) -> CloudInstance:
         decision_id=r.decision_id,
         node_name=r.node_name,
         history=history,
+        origin=InstanceOrigin(r.origin or "planned"),
     )
 
 

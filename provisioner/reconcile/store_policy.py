@@ -61,7 +61,17 @@ class PolicyStore(StoreBase):
             drained = tuple(s.scalars(select(PoolRow.name).where(PoolRow.drained.is_(True))))
             if row is None:
                 return OperatorState(drained_pools=drained)
-            return OperatorState(row.paused, row.reason, row.updated_ts, row.updated_by, drained)
+            return OperatorState(
+                row.paused,
+                row.reason,
+                row.updated_ts,
+                row.updated_by,
+                drained,
+                sweep_hold_reason=row.sweep_hold_reason or "",
+                sweep_hold_ts=row.sweep_hold_ts,
+                sweep_approved_ts=row.sweep_approved_ts,
+                sweep_approved_by=row.sweep_approved_by or "",
+            )
 
     def set_paused(self, paused: bool, now_ts: float, by: str = "", reason: str = "") -> None:
         with self.transaction() as s:
@@ -73,6 +83,30 @@ class PolicyStore(StoreBase):
             row.reason = reason[:500]
             row.updated_ts = now_ts
             row.updated_by = by
+
+    def set_sweep_hold(self, reason: str, now_ts: float) -> None:
+        """The sweep's safety valve: hold (reason) or release (""). A hold keeps its start
+        time while it lasts, so an operator's go-ahead given during it stays valid."""
+        with self.transaction() as s:
+            row = s.get(OperatorStateRow, 1)
+            if row is None:
+                row = OperatorStateRow(id=1)
+                s.add(row)
+            if reason and not row.sweep_hold_reason:
+                row.sweep_hold_ts = now_ts
+            if not reason:
+                row.sweep_hold_ts = None
+            row.sweep_hold_reason = reason[:500]
+
+    def approve_sweep(self, now_ts: float, by: str) -> None:
+        """An operator checked the disagreement and lets the held sweep go ahead."""
+        with self.transaction() as s:
+            row = s.get(OperatorStateRow, 1)
+            if row is None:
+                row = OperatorStateRow(id=1)
+                s.add(row)
+            row.sweep_approved_ts = now_ts
+            row.sweep_approved_by = by
 
     # ------------------------------------------------------------------ budgets
 

@@ -70,6 +70,19 @@ class OperatorState:
     updated_ts: float = 0.0
     updated_by: str = ""
     drained_pools: tuple[str, ...] = ()
+    sweep_hold_reason: str = ""  # the sweep's safety valve holds (empty: it does not)
+    sweep_hold_ts: float | None = None
+    sweep_approved_ts: float | None = None
+    sweep_approved_by: str = ""
+
+    @property
+    def sweep_approved(self) -> bool:
+        """An operator let the held sweep go ahead since it started holding."""
+        return (
+            self.sweep_approved_ts is not None
+            and self.sweep_hold_ts is not None
+            and self.sweep_approved_ts >= self.sweep_hold_ts
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,17 @@ Rules, per instance record (state: observation -> step):
 
 Then the orphan sweep (`provisioner.act.sweep.plan_sweep`): tagged instances nobody adopts,
 closed records whose VM lives on, records past their state's lease, live records whose VM is gone.
+The sweep never kills a job:
+
+* an orphan (tagged as ours, no record: a crash, or a store restored from an older copy) gets a
+  record rebuilt from its tags (origin `orphan`, billed from the cloud's launch time, its own
+  ledger kind). When Slurm shows burst nodes of its pool running jobs that no record holds, one
+  of them may be this machine: those nodes are drained (their jobs finish, no new ones start)
+  and the pool's orphans are kept until none of them runs a job; then they are terminated;
+* a record past its lease whose node Slurm shows running a job is left alone;
+* the safety valve: when the store and the clouds disagree about more than
+  `max_disagreements` instances in one pass (orphans plus records whose VM is gone), the sweep
+  terminates and closes nothing, and holds until an operator approves.
 Burst nodes left DOWN or DRAINED with no live instance are returned to service (`resume`).
 
 Slurm picks which powered-down CLOUD node a job lands on (it does not honour a node the
@@ -43,11 +54,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from provisioner.act.ports import TAG_DECISION, TAG_GROUP, CloudState, OwnedInstance
+from provisioner.act.ports import (
+    TAG_CAPACITY,
+    TAG_DECISION,
+    TAG_GROUP,
+    CloudState,
+    OwnedInstance,
+)
 from provisioner.act.sweep import SweepReason, plan_sweep
-from provisioner.domain.instances import CloudInstance, InstanceState, Transition
+from provisioner.domain.instances import CloudInstance, InstanceOrigin, InstanceState, Transition
 from provisioner.domain.nodes import NodeKind, NodeState
-from provisioner.domain.offers import OfferKey
+from provisioner.domain.offers import CapacityType, Offer, OfferKey
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.reconcile.store import Intent, StoredInstance
 
@@ -97,7 +114,7 @@ class Kill:
 @dataclass(frozen=True, slots=True)
 class NodeFix:
     node: str
-    action: str  # "resume" (back to service) | "fail" (drain, requeue, down)
+    action: str  # "resume" (back to service) | "fail" (drain, requeue, down) | "drain"
     reason: str
 
 
@@ -108,10 +125,14 @@ class SyncPlan:
     moves: tuple[Move, ...] = ()
     kills: tuple[Kill, ...] = ()
     nodes: tuple[NodeFix, ...] = ()
+    orphans: tuple[CloudInstance, ...] = ()  # records to create, rebuilt from cloud tags
+    sweep_hold: str = ""  # the safety valve holds the sweep, and why
 
     @property
     def empty(self) -> bool:
-        return not (self.adopt or self.bind or self.moves or self.kills or self.nodes)
+        return not (
+            self.adopt or self.bind or self.moves or self.kills or self.nodes or self.orphans
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +149,10 @@ class SyncInput:
     retry_terminate_s: float = 120.0
     unbound_timeout_s: float = 600.0
     timeouts: Mapping[InstanceState, float] = field(default_factory=dict)
+    # (cloud, region, instance type) -> catalog offer: prices an orphan's rebuilt record
+    offers: Mapping[tuple[str, str, str], Offer] = field(default_factory=dict)
+    max_disagreements: int = 5
+    sweep_approved: bool = False
 
 
 def group_of(o: OwnedInstance) -> str:
@@ -242,6 +267,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
     kills: dict[str, Kill] = {}
     binds: list[Bind] = []
     fixes: dict[str, NodeFix] = {}
+    orphans: list[CloudInstance] = []
 
     def kill(inst: CloudInstance, reason: str, *, fail: bool = False, join: bool = False) -> None:
         if inst.instance_id in kills:
@@ -256,6 +282,14 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
             transition=inst.state in TERMINABLE,
             join_failure=join,
         )
+
+    busy = busy_nodes(snap) if fresh_view else frozenset()
+    # Pools where Slurm runs jobs on burst nodes no record holds: an orphan there may be one
+    # of those machines, so none of that pool's orphans is terminated.
+    unheld_busy: dict[str, list[str]] = {}
+    for n in sorted(snap.nodes, key=lambda n: n.name):
+        if n.kind is NodeKind.BURST and n.name in busy and n.name not in holders and n.pool:
+            unheld_busy.setdefault(n.pool, []).append(n.name)
 
     # Powered-up nodes nobody holds yet, per pool, in name order.
     free_nodes: dict[str, list[str]] = {}
@@ -296,6 +330,12 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
         if not fresh_view:
             continue
         node_name = inst.node_name
+        if inst.origin is InstanceOrigin.ORPHAN and not node_name:
+            # Rebuilt from tags: it never boots as a node Slurm powers up. Terminated once its
+            # pool has no unheld node running jobs (it may be one of them).
+            if inst.pool not in unheld_busy:
+                kill(inst, "orphan: no slurm node of its pool runs jobs")
+            continue
         if state in (S.REQUESTED, S.ALLOCATED) and not node_name:
             queue = free_nodes.get(inst.pool)
             if queue:
@@ -355,12 +395,43 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
             grace_s=inp.grace_s,
             timeouts=timeouts or None,
             listing_complete=inp.listing_complete,
+            busy_nodes=busy,
         )
         by_id = {r.instance.instance_id: r.instance for r in records}
+        found = [t.instance for t in sweep.terminate if t.reason is SweepReason.ORPHAN]
+        disagree = len(found) + len(sweep.close)
+        if disagree > inp.max_disagreements and not inp.sweep_approved:
+            hold = (
+                f"the store and the clouds disagree about {disagree} instances "
+                f"({len(found)} in the cloud with no record, {len(sweep.close)} recorded but "
+                f"gone), more than the {inp.max_disagreements} allowed: nothing is terminated "
+                "or closed until an operator approves (POST /v1/operator/sweep/approve)"
+            )
+            return SyncPlan(
+                adopt=adopt,
+                bind=tuple(binds),
+                moves=tuple(moves),
+                kills=tuple(kills.values()),
+                nodes=tuple(fixes.values()),
+                sweep_hold=hold,
+            )
+        for o in found:
+            orphans.append(orphan_record(o, inp.offers, now))
+            if o.pool in unheld_busy:
+                for name in unheld_busy[o.pool]:
+                    if nodes[name].state is not NodeState.DRAINING:
+                        fixes.setdefault(
+                            name,
+                            NodeFix(name, "drain", "burst node with no instance record: drain"),
+                        )
+            else:
+                kills[o.instance_id] = Kill(o.instance_id, o, "sweep: orphan")
         for t in sweep.terminate:
             rec = by_id.get(t.instance.instance_id)
-            if t.instance.instance_id in kills:
+            if t.instance.instance_id in kills or t.reason is SweepReason.ORPHAN:
                 continue
+            if rec is not None and rec.origin is InstanceOrigin.ORPHAN and rec.pool in unheld_busy:
+                continue  # may be the machine under one of those busy nodes
             kills[t.instance.instance_id] = Kill(
                 t.instance.instance_id,
                 t.instance,
@@ -398,4 +469,42 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
         moves=tuple(moves),
         kills=tuple(kills.values()),
         nodes=tuple(fixes.values()),
+        orphans=tuple(orphans),
+    )
+
+
+def busy_nodes(snap: ClusterSnapshot) -> frozenset[str]:
+    """Burst nodes Slurm shows running (or finishing) a job: never terminated under it."""
+    busy = {name for j in snap.running for name in j.nodes}
+    for n in snap.nodes:
+        if n.kind is NodeKind.BURST and (
+            n.gpus_alloc > 0 or n.state in (NodeState.ALLOCATED, NodeState.MIXED)
+        ):
+            busy.add(n.name)
+    return frozenset(busy)
+
+
+def orphan_record(
+    o: OwnedInstance, offers: Mapping[tuple[str, str, str], Offer], now_ts: float
+) -> CloudInstance:
+    """The record of a tagged instance the store does not know, rebuilt from its tags and the
+    catalog: billed from the cloud's own launch time."""
+    capacity = CapacityType.SPOT if o.tags.get(TAG_CAPACITY) == "spot" else CapacityType.ON_DEMAND
+    offer = offers.get((o.cloud, o.region, o.instance_type))
+    price = offer.price(capacity) if offer is not None else None
+    if price is None and offer is not None:
+        price = offer.ondemand_usd_hr  # no spot price listed: bill the upper bound
+    why = f"orphan: found in the cloud by its tags with no record (at {now_ts:.0f})"
+    return CloudInstance(
+        instance_id=o.instance_id,
+        pool=o.pool,
+        offer=OfferKey(o.cloud, o.region, o.instance_type, capacity),
+        gpu_model=offer.gpu_model if offer is not None else "",
+        gpus=offer.whole_gpus if offer is not None else 0,
+        price_usd_hr=price if price is not None else Decimal(0),
+        state=S.ALLOCATED,
+        launched_ts=o.launched_ts,
+        decision_id=o.tags.get(TAG_DECISION, ""),
+        history=(Transition(None, S.ALLOCATED, o.launched_ts, why),),
+        origin=InstanceOrigin.ORPHAN,
     )

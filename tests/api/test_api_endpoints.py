@@ -82,11 +82,14 @@ def test_costs_json_and_csv(env):
     body = r.json()
     rows = {(x["team"], x["kind"]): Decimal(x["cost_usd"]) for x in body["rows"]}
     # Cloud: i-1 at $9.83/h billed from NOW-3800 to NOW-60 = 3740 s; job 101 (8 of 8 GPUs)
-    # from NOW-3000. On-prem: job 100, 8 GPUs x 1 h x $1.20.
+    # from NOW-3000. It joined Slurm (ready) at NOW-3600: the 200 s before are `unbound`, the
+    # 600 s unused after `idle`. On-prem: job 100, 8 GPUs x 1 h x $1.20.
     micro = Decimal("0.000002")
     assert abs(rows[("vision", "job")] - Decimal("9.83") * 2940 / 3600) < micro
-    assert abs(rows[("vision", "idle")] - Decimal("9.83") * 800 / 3600) < micro
-    assert rows[("vision", "job")] + rows[("vision", "idle")] == Decimal("10.212278")
+    assert abs(rows[("vision", "idle")] - Decimal("9.83") * 600 / 3600) < micro
+    assert abs(rows[("vision", "unbound")] - Decimal("9.83") * 200 / 3600) < micro
+    cloud = rows[("vision", "job")] + rows[("vision", "idle")] + rows[("vision", "unbound")]
+    assert cloud == Decimal("10.212278")
     assert rows[("vision", "onprem")] == Decimal("9.6")
     assert Decimal(body["total_usd"]) == sum(rows.values())
     assert body["from"] == "2026-01-10T00:00:00Z" and body["currency"] == "USD"

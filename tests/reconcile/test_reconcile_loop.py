@@ -235,6 +235,11 @@ def test_orphan_is_swept_after_the_grace_period(moto, tmp_path):
             {"ResourceType": "instance", "Tags": [{"Key": "controller", "Value": "someone-else"}]}
         ],
     )["Instances"][0]["InstanceId"]
+    launched = ec2.describe_instances(InstanceIds=[stray])["Reservations"][0]["Instances"][0][
+        "LaunchTime"
+    ].timestamp()
+    # the injected clock started before the launch; keep it at or past the cloud's launch time
+    clock.advance(max(0.0, launched - clock.now().timestamp()))
     c.reconciler.run_pass()
     assert stray in {i["InstanceId"] for i in live_instances(moto.endpoint)}  # within grace
     clock.advance(GRACE + 1)
@@ -243,7 +248,53 @@ def test_orphan_is_swept_after_the_grace_period(moto, tmp_path):
     assert live_instances(moto.endpoint) == []
     state = ec2.describe_instances(InstanceIds=[other])["Reservations"][0]["Instances"][0]
     assert state["State"]["Name"] == "running"  # another controller's: never touched
-    assert c.store.instances() == []  # an orphan gets no record
+    # the orphan got a record from its tags first, so its running time is in the books
+    (si,) = c.store.instances()
+    assert si.instance.instance_id == stray and si.instance.origin == "orphan"
+    assert si.instance.launched_ts == launched  # the cloud's own launch time
+    clock.advance(GRACE + 1)
+    c.reconciler.run_pass()
+    si = c.store.instance(stray)
+    assert si is not None and si.instance.state is S.TERMINATED
+    rows = c.store.ledger_entries(instance_id=stray)
+    assert {e.kind for e in rows} == {"orphan"}
+    ran = max(60.0, (si.ended_ts or 0) - launched)  # billed per second, 60 s at least
+    # p4d.24xlarge on-demand in us-east-1, from the shipped catalog (policies/catalog)
+    expected = Decimal("21.95764") * Decimal(repr(ran)) / 3600
+    assert abs(sum(e.cost for e in rows) - expected) < Decimal("0.000002")
+
+
+def test_the_sweep_holds_when_store_and_cloud_disagree_about_many(moto, tmp_path):
+    """A wrong or restored store: six tagged machines with no record. Nothing is terminated
+    until an operator approves; the hold shows in the store's operator state."""
+    clock = start_clock()
+    fake = make_fake(clock, clock.now().timestamp())
+    fake.jobs["1002"].state = JobState.CANCELLED
+    c = make_controller(f"sqlite:///{tmp_path / 's.sqlite'}", clock, fake, moto.endpoint)
+    import boto3
+
+    ec2 = boto3.client("ec2", endpoint_url=moto.endpoint, region_name="us-east-1",
+                       aws_access_key_id="t", aws_secret_access_key="t")  # fmt: skip
+    ec2.run_instances(
+        ImageId="ami-12c6146b", MinCount=6, MaxCount=6, InstanceType="p4d.24xlarge",
+        TagSpecifications=[
+            {"ResourceType": "instance", "Tags": [{"Key": "controller", "Value": CONTROLLER}]}
+        ],
+    )  # fmt: skip
+    launched = max(i["LaunchTime"].timestamp() for i in live_instances(moto.endpoint))
+    clock.advance(max(0.0, launched - clock.now().timestamp()) + GRACE + 1)
+    r = c.reconciler.run_pass()
+    assert r.terminated == 0 and "disagree about 6 instances" in r.sweep_held
+    assert len(live_instances(moto.endpoint)) == 6
+    assert "disagree" in c.store.operator_state().sweep_hold_reason
+    clock.advance(30)
+    assert c.reconciler.run_pass().terminated == 0  # still held: it waits for an operator
+    c.store.approve_sweep(clock.now().timestamp(), by="ops")
+    clock.advance(30)
+    r = c.reconciler.run_pass()
+    assert r.terminated == 6 and r.sweep_held == ""
+    assert live_instances(moto.endpoint) == []
+    assert c.store.operator_state().sweep_hold_reason == ""
 
 
 def test_restart_resumes_from_store_and_world(moto, tmp_path):

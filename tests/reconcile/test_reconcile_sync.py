@@ -117,7 +117,10 @@ def test_adopts_an_unknown_tagged_instance_into_the_intent_that_launched_it():
     # i-2 has no intent: an orphan, swept only after the grace period
     assert p.kills == ()
     later = sync(own=[owned("i-2", launched=NOW - 500)], intents=[])
-    assert [(k.instance_id, k.transition) for k in later.kills] == [("i-2", False)]
+    assert [k.instance_id for k in later.kills] == ["i-2"]
+    # ... and recorded first, from its tags, so its running time reaches the ledger
+    (rec,) = later.orphans
+    assert (rec.instance_id, rec.origin, rec.launched_ts) == ("i-2", "orphan", NOW - 500)
 
 
 def test_binds_to_the_node_slurm_powers_up_then_joins_and_readies():
