@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from tenacity import Retrying
@@ -163,6 +165,13 @@ def map_aws_error(exc: Exception, offer: str = "") -> CloudError:
         return TransientError(f"aws connection: {exc}", code=type(exc).__name__, offer=offer)
     if isinstance(exc, bex.BotoCoreError):
         return CloudError(f"aws: {exc}", code=type(exc).__name__, offer=offer)
+    from botocore.parsers import ResponseParserError
+
+    if isinstance(exc, ResponseParserError):
+        # a garbled answer (a proxy's error page, a 500 with no AWS body): the call may or may
+        # not have taken effect, so it is retried like a lost connection, never fatal to a pass
+        return TransientError(f"aws: unreadable response: {exc}"[:500], code="ResponseParserError",
+                              offer=offer)  # fmt: skip
     raise exc
 
 
@@ -380,8 +389,18 @@ class AwsCapacity(_AwsBase):
             filters = [
                 {"Name": f"tag:{TAG_CONTROLLER}", "Values": [controller]},
                 {
+                    # terminated ones too (EC2 lists them for about an hour): one the cloud
+                    # reclaimed is known for certain, and one the store never recorded is
+                    # still billed (see reconcile/sync.py)
                     "Name": "instance-state-name",
-                    "Values": ["pending", "running", "stopping", "stopped", "shutting-down"],
+                    "Values": [
+                        "pending",
+                        "running",
+                        "stopping",
+                        "stopped",
+                        "shutting-down",
+                        "terminated",
+                    ],
                 },
             ]
             token: str | None = None
@@ -465,8 +484,25 @@ class AwsCapacity(_AwsBase):
                 )
             else:
                 self._call(ec2.terminate_instances, InstanceIds=[instance.instance_id])
+                if instance.group:
+                    self._release_slot(instance.instance_id, instance.group, instance.region)
         except NotFoundError:
             log.info("instance %s already gone", instance.instance_id)
+
+    def _release_slot(self, instance_id: str, group_name: str, region: str) -> None:
+        """The cloud terminated an instance of the group without the group shrinking (a spot
+        reclaim): while the group still lists it, detach it with a decrement, so the group does
+        not launch a replacement nobody asked for. Nothing else in the group is touched (a lower
+        desired size would let the group pick which running instance to stop)."""
+        asg = self.clients.autoscaling(region)
+        groups = self._call(
+            asg.describe_auto_scaling_groups, AutoScalingGroupNames=[group_name]
+        ).get("AutoScalingGroups", [])
+        listed = {i["InstanceId"] for g in groups for i in g.get("Instances", [])}
+        if instance_id in listed:
+            log.info("group %s: detach reclaimed %s (no replacement)", group_name, instance_id)
+            self._call(asg.detach_instances, AutoScalingGroupName=group_name,
+                       InstanceIds=[instance_id], ShouldDecrementDesiredCapacity=True)  # fmt: skip
 
 
 def _owned(inst: dict[str, Any], region: str) -> OwnedInstance:
@@ -482,4 +518,17 @@ def _owned(inst: dict[str, Any], region: str) -> OwnedInstance:
         launched_ts=launch.timestamp() if launch is not None else 0.0,
         group=tags.get(ASG_NAME_TAG, ""),
         tags=tags,
+        ended_ts=_ended_ts(str(inst.get("StateTransitionReason") or "")),
     )
+
+
+_ENDED = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)")
+
+
+def _ended_ts(reason: str) -> float | None:
+    """EC2 says when an instance stopped or terminated only in its StateTransitionReason:
+    "User initiated (2026-03-02 00:12:00 GMT)"."""
+    m = _ENDED.search(reason)
+    if m is None:
+        return None
+    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()

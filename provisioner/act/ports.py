@@ -182,6 +182,7 @@ class OwnedInstance:
     launched_ts: float
     group: str = ""  # the node group it belongs to ("" for a stray instance)
     tags: Mapping[str, str] = field(default_factory=dict)
+    ended_ts: float | None = None  # when the cloud terminated it, where it says
 
     @property
     def controller(self) -> str:

@@ -184,11 +184,12 @@ class Reconciler:
                 offers=self.ctx.offers_by_type,
                 max_disagreements=self.config.sweep_max_disagreements,
                 sweep_approved=operator.sweep_approved,
+                closed_window_s=self.config.terminal_window_s,
             )
         )
         self._sweep_valve(splan.sweep_hold, operator.sweep_hold_reason, now, report)
         self.actuator.apply_sync(splan, now, snap, report)
-        view = enrich(self.ctx, snap, now)
+        view = enrich(self.ctx, snap, now, owned)
         policy = self.effective_policy.current()
         plan = make_plan(planning_view(view, policy), policy, self.catalog, self.backoff, now)
         report.decisions = len(plan.decisions)

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 from provisioner.account.budgets import budget_status
 from provisioner.act.actuator import CloudPorts
-from provisioner.act.ports import OwnedInstance
+from provisioner.act.ports import CloudState, OwnedInstance
 from provisioner.config.models import Policy
 from provisioner.domain.errors import CloudError, ProvisionerError
 from provisioner.domain.instances import CloudInstance, InstanceState
@@ -28,6 +28,7 @@ from provisioner.observe.slurm import SlurmObserver, observe_or_stale
 from provisioner.reconcile.context import PassContext, PassReport
 from provisioner.reconcile.outcomes import error_code
 from provisioner.reconcile.store import Store, StoredInstance
+from provisioner.reconcile.sync import orphan_record
 
 log = logging.getLogger("provisioner.loop")
 
@@ -66,7 +67,15 @@ def list_owned(
     return owned, complete
 
 
-def enrich(ctx: PassContext, snap: ClusterSnapshot, now: float) -> ClusterSnapshot:
+def enrich(
+    ctx: PassContext,
+    snap: ClusterSnapshot,
+    now: float,
+    owned: Sequence[OwnedInstance] = (),
+) -> ClusterSnapshot:
+    """The planner's view: Slurm's snapshot with the instances (records, launches not listed
+    yet, and machines the cloud runs for us that the store does not know), the spend, the NVML
+    load and the pause switch."""
     store = ctx.store
     live = store.instances(live_only=True)
     by_node = {si.instance.node_name: si.instance for si in live if si.instance.node_name}
@@ -82,6 +91,7 @@ def enrich(ctx: PassContext, snap: ClusterSnapshot, now: float) -> ClusterSnapsh
     # The planner counts only the GPUs Slurm has not yet placed jobs on (via instance_id).
     instances = [si.instance for si in live]
     instances += placeholders(ctx, live, now)
+    instances += unrecorded(ctx, live, owned, now)
     op = store.operator_state()
     return replace(
         snap,
@@ -89,6 +99,26 @@ def enrich(ctx: PassContext, snap: ClusterSnapshot, now: float) -> ClusterSnapsh
         spend=spend(store, live, instances, now),
         paused=op.paused,
     )
+
+
+def unrecorded(
+    ctx: PassContext,
+    live: Sequence[StoredInstance],
+    owned: Sequence[OwnedInstance],
+    now: float,
+) -> list[CloudInstance]:
+    """Machines the cloud runs with our tag that the store has no record of yet (a crash, a
+    store restored from an older copy): until the sweep records them they still cost money,
+    so the budgets and pool sizes count them. As orphans, they serve no job in the plan."""
+    known = {si.instance.instance_id for si in live}
+    known |= {si.instance.instance_id for si in ctx.records(now)}
+    return [
+        orphan_record(o, ctx.offers_by_type, now)
+        for o in owned
+        if o.controller == ctx.controller
+        and o.state in (CloudState.PENDING, CloudState.RUNNING)
+        and o.instance_id not in known
+    ]
 
 
 def placeholders(

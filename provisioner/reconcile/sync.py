@@ -153,6 +153,7 @@ class SyncInput:
     offers: Mapping[tuple[str, str, str], Offer] = field(default_factory=dict)
     max_disagreements: int = 5
     sweep_approved: bool = False
+    closed_window_s: float = 86_400.0  # closed records the store passes in (see `records`)
 
 
 def group_of(o: OwnedInstance) -> str:
@@ -311,7 +312,16 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
         if gone:
             if inp.listing_complete and state is S.TERMINATING:
                 moves.append(Move(iid, S.TERMINATED, "gone from the cloud"))
-            continue  # anything else: the sweep closes it after the grace period
+            elif o is not None:
+                # The cloud itself says it terminated it (a spot reclaim): fail it now, and
+                # release its slot so its group does not launch a replacement nobody asked for
+                # (the terminate call shrinks the group; an already-gone id is a no-op).
+                moves.append(Move(iid, S.FAILED, "interrupted: the cloud terminated it"))
+                if inst.node_name and fresh_view:
+                    fixes[inst.node_name] = NodeFix(inst.node_name, "fail", "cloud instance lost")
+                kills[iid] = Kill(iid, o, "release the slot of an interrupted instance",
+                                  transition=False)  # fmt: skip
+            continue  # not listed at all: the sweep closes it after the grace period
         assert o is not None
         if o.state in (CloudState.STOPPING, CloudState.STOPPED) and state is not S.TERMINATING:
             moves.append(Move(iid, S.FAILED, f"interrupted: the cloud reports it {o.state}"))
@@ -415,6 +425,17 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
                 nodes=tuple(fixes.values()),
                 sweep_hold=hold,
             )
+        known = {r.instance.instance_id for r in records}
+        for o in owned.values():
+            # ended before the store learnt of it (a crash, a store restored from an older
+            # copy): its running time is still owed, so it gets a closed record
+            if (
+                o.state is CloudState.TERMINATED
+                and o.instance_id not in known
+                and o.ended_ts is not None
+                and o.ended_ts >= now - inp.closed_window_s
+            ):
+                orphans.append(orphan_record(o, inp.offers, now))
         for o in found:
             orphans.append(orphan_record(o, inp.offers, now))
             if o.pool in unheld_busy:
@@ -495,6 +516,10 @@ def orphan_record(
     if price is None and offer is not None:
         price = offer.ondemand_usd_hr  # no spot price listed: bill the upper bound
     why = f"orphan: found in the cloud by its tags with no record (at {now_ts:.0f})"
+    history = [Transition(None, S.ALLOCATED, o.launched_ts, why)]
+    if o.state is CloudState.TERMINATED and o.ended_ts is not None:
+        end = max(o.ended_ts, o.launched_ts)
+        history.append(Transition(S.ALLOCATED, S.TERMINATED, end, "terminated in the cloud"))
     return CloudInstance(
         instance_id=o.instance_id,
         pool=o.pool,
@@ -502,9 +527,9 @@ def orphan_record(
         gpu_model=offer.gpu_model if offer is not None else "",
         gpus=offer.whole_gpus if offer is not None else 0,
         price_usd_hr=price if price is not None else Decimal(0),
-        state=S.ALLOCATED,
+        state=history[-1].to_state,
         launched_ts=o.launched_ts,
         decision_id=o.tags.get(TAG_DECISION, ""),
-        history=(Transition(None, S.ALLOCATED, o.launched_ts, why),),
+        history=tuple(history),
         origin=InstanceOrigin.ORPHAN,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -248,7 +249,8 @@ def test_orphan_created_by_hand_is_swept(aws: AwsEnv) -> None:
         assert terminate_instance(t.instance, "sweep", aws.capacity) is None
     state = aws.ec2().describe_instances(InstanceIds=[orphan_id])["Reservations"][0]["Instances"]
     assert state[0]["State"]["Name"] in ("shutting-down", "terminated")
-    left = {o.instance_id for o in aws.capacity.list_owned(CONTROLLER)}
+    owned = aws.capacity.list_owned(CONTROLLER)
+    left = {o.instance_id for o in owned if o.state is not CloudState.TERMINATED}
     assert left == {member.instance_id}
     assert aws.capacity.group_status(spec).desired == 1  # the group member was not touched
 
@@ -298,3 +300,38 @@ def _record(instance_id: str, state: InstanceState, ts: float) -> CloudInstance:
         state=state,
         launched_ts=ts,
     )
+
+
+# ----------------------------------------------------------------------------- found by the soak
+
+
+def test_a_lost_response_is_applied_but_the_caller_sees_an_error(aws: AwsEnv) -> None:
+    """The fault layer's apply-then-drop: moto resizes the group, the answer never arrives."""
+    spec = aws_spec()
+    aws.driver.ensure(spec)
+    aws.server.add_fault("SetDesiredCapacity", "InternalFailure", service="autoscaling",
+                         status=500, times=1, apply=True)  # fmt: skip
+    asg = aws.asg()
+    with pytest.raises(Exception, match="InternalFailure"):
+        asg.set_desired_capacity(AutoScalingGroupName=spec.group_name, DesiredCapacity=2)
+    assert group(aws, spec.group_name)["DesiredCapacity"] == 2  # it happened
+    assert len(instances(aws, tag_controller=CONTROLLER)) == 2
+
+
+def test_an_instance_the_cloud_terminated_is_listed_with_its_end_time(aws: AwsEnv) -> None:
+    """A spot reclaim: the listing still shows the instance, terminated, with the time EC2
+    gives in its StateTransitionReason, so the controller knows it for certain and bills up
+    to then even when its store never recorded it."""
+    spec = aws_spec()
+    aws.driver.ensure(spec)
+    aws.capacity.resize(spec, 1, "t-1")
+    (iid,) = [i["InstanceId"] for i in instances(aws, tag_controller=CONTROLLER)]
+    aws.ec2().terminate_instances(InstanceIds=[iid])  # the cloud takes it
+    (gone,) = [o for o in aws.capacity.list_owned(CONTROLLER) if o.instance_id == iid]
+    raw = aws.ec2().describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]
+    stamp = raw["StateTransitionReason"]  # "User initiated (YYYY-MM-DD HH:MM:SS GMT|UTC)"
+    expected = datetime.strptime(stamp[stamp.index("(") + 1 : stamp.index("(") + 20],
+                                 "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)  # fmt: skip
+    assert gone.state is CloudState.TERMINATED
+    assert gone.ended_ts == expected.timestamp()
+    assert terminate_instance(gone, "d-release", aws.capacity) is None  # no error either

@@ -140,3 +140,28 @@ def test_the_safety_valve_holds_when_store_and_cloud_disagree_about_too_many():
     assert len(p.kills) == 6 and p.sweep_hold == ""
     p = sync(own=own, max_disagreements=5, approved=True)
     assert len(p.kills) == 6 and len(p.orphans) == 6 and p.sweep_hold == ""
+
+
+def gone(iid: str, launched: float, ended: float) -> OwnedInstance:
+    o = owned(iid, launched=launched)
+    return OwnedInstance(o.instance_id, o.cloud, o.region, o.zone, o.instance_type,
+                         CloudState.TERMINATED, o.launched_ts, o.group, o.tags, ended)  # fmt: skip
+
+
+def test_an_instance_the_cloud_terminated_fails_at_once_and_its_slot_is_released():
+    rec = draining_record("i-1", "cloud-aws-1", since=NOW - 600)
+    nodes = (burst("cloud-aws-1", NodeState.DRAINING, alloc=8),)
+    p = sync(records=[rec], own=[gone("i-1", NOW - 700, NOW - 30)], nodes=nodes)
+    assert [(m.instance_id, m.to) for m in p.moves] == [("i-1", S.FAILED)]
+    assert [(k.instance_id, k.transition) for k in p.kills] == [("i-1", False)]
+    assert [(f.node, f.action) for f in p.nodes] == [("cloud-aws-1", "fail")]
+
+
+def test_a_terminated_instance_the_store_never_recorded_is_still_billed():
+    """A store restored from an older copy forgot an instance that has since ended: a closed
+    record is rebuilt from the cloud's own launch and end times."""
+    p = sync(own=[gone("i-7", NOW - 5400, NOW - 1800)])
+    (rec,) = p.orphans
+    assert rec.state is S.TERMINATED and rec.origin is InstanceOrigin.ORPHAN
+    assert rec.launched_ts == NOW - 5400 and rec.entered_state_ts == NOW - 1800
+    assert p.kills == ()
