@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 SLURM_DIR ?= $(CURDIR)/.slurm
 export SLURM_DIR
 
-.PHONY: venv focus-venv run simulate test test-e2e test-unit lint typecheck bench slurm-up slurm-down \
+.PHONY: venv focus-venv run simulate test test-e2e test-unit lint typecheck bench chaos slurm-up slurm-down \
         localstack-up localstack-down iac-review clean
 
 venv: $(STAMP)
@@ -53,6 +53,10 @@ lint: venv
 
 typecheck: venv
 	$(BIN)/mypy provisioner
+
+# The seeded chaos soak at full length: 20 seeds, faults of every kind, invariants checked.
+chaos: venv
+	$(BIN)/python bench/chaos.py --seeds 20
 
 bench: venv
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

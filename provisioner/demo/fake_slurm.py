@@ -57,6 +57,7 @@ class FakeJob:
     end_ts: float | None = None
     node: str = ""
     ran_in: str = ""
+    completions: int = 0  # the chaos soak checks each job completes exactly once
 
 
 @dataclass
@@ -142,6 +143,7 @@ class FakeSlurm:
         self._seq = itertools.count()
         self._t = clock.now().timestamp()
         self.calls: list[tuple[str, str]] = []  # (what, target) for tests and the demo log
+        self.requeues: list[tuple[str, str, float, str, bool]] = []
 
     # ------------------------------------------------------------------ jobs
 
@@ -185,10 +187,12 @@ class FakeSlurm:
                 raise ValueError(f"no node {n!r}")
         return names
 
-    def _requeue(self, node: FakeNode) -> tuple[str, ...]:
+    def _requeue(self, node: FakeNode, cause: str = "") -> tuple[str, ...]:
         ids = tuple(node.alloc)
         for jid in ids:
             job = self.jobs[jid]
+            # (job, node, time, cause, whether it had started running): for the chaos soak
+            self.requeues.append((jid, node.name, self._t, cause, node.power == "on"))
             job.state, job.start_ts, job.node, job.ran_in = JobState.PENDING, None, "", ""
         node.alloc.clear()
         return ids
@@ -205,7 +209,7 @@ class FakeSlurm:
         self.advance()
         for name in self._names(nodes):
             n = self.nodes[name]
-            self._requeue(n)
+            self._requeue(n, "power_down_force")
             n.reason = reason
             self._stop(n)
             self.calls.append(("power_down_force", name))
@@ -216,7 +220,7 @@ class FakeSlurm:
         jobs: list[str] = []
         for name in self._names(nodes):
             n = self.nodes[name]
-            jobs.extend(self._requeue(n))
+            jobs.extend(self._requeue(n, "mark_failed"))
             n.power, n.reason, n.boot_at, n.powerup_since = "down", reason, None, None
             self.calls.append(("down", name))
         self._schedule()
@@ -253,7 +257,7 @@ class FakeSlurm:
                 started.append(n.name)
             elif inst.state in _GONE and n.power in ("on", "booting"):
                 # the VM went away under Slurm: the node stops responding, its jobs requeue
-                self._requeue(n)
+                self._requeue(n, "vm_gone")
                 n.power, n.reason, n.boot_at, n.powerup_since = "down", "not responding", None, None
                 stopped.append(n.name)
         self._schedule()
@@ -307,6 +311,7 @@ class FakeSlurm:
                     job = self.jobs[jid]
                     if job.start_ts is not None and job.start_ts + job.duration_s <= t:
                         job.state, job.end_ts = JobState.COMPLETED, job.start_ts + job.duration_s
+                        job.completions += 1
                         del n.alloc[jid]
                         if not n.alloc:
                             n.idle_since = job.end_ts
@@ -321,7 +326,7 @@ class FakeSlurm:
                     and n.powerup_since is not None
                     and n.powerup_since + self.resume_timeout_s <= t
                 ):
-                    self._requeue(n)
+                    self._requeue(n, "resume_timeout")
                     n.power, n.reason, n.powerup_since = "down", "ResumeTimeout reached", None
             elif n.power == "stopping" and n.stop_at is not None and n.stop_at <= t:
                 n.power, n.stop_at = "off", None

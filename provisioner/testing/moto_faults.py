@@ -4,7 +4,8 @@ moto 5 has no error-injection API for EC2 or Auto Scaling, so this module adds t
 
 * **HTTP faults** (a WSGI middleware in front of moto's own app): an error response (EC2 or awsquery
   XML, with the botocore error code), or a canned successful body, for a given `Action`, optionally
-  only when a form parameter matches, a given number of times.
+  only when a form parameter matches, a given number of times. With `apply`, moto carries the
+  request out first and its answer is dropped (apply-then-drop: a response lost on the way back).
 * **Capacity pools**: how many instances of a type a region can still launch. EC2's real semantics
   follow: `RunInstances` below `MinCount` fails with `InsufficientInstanceCapacity`; an auto scaling
   group launches what fits and stays below its desired size, and `DescribeScalingActivities` then
@@ -69,6 +70,9 @@ class Fault:
     body: str = ""  # a canned *successful* response body instead of an error
     message: str = ""
     hits: int = 0
+    # apply-then-drop: moto carries the request out, then the caller gets the error instead of
+    # moto's answer (a response lost on the way back: the change happened, the caller can't know)
+    apply: bool = False
 
     def matches(self, action: str, params: dict[str, str]) -> bool:
         if self.times <= 0 or self.action != action:
@@ -112,6 +116,9 @@ class FaultMiddleware:
                 if f.matches(action, params):
                     f.times -= 1
                     f.hits += 1
+                    if f.apply:
+                        for _ in self.app(environ, lambda *a, **k: None):
+                            pass  # moto applied it; its answer is dropped
                     return self._respond(f, start_response)
             if action == "DescribeScalingActivities":
                 group = params.get("AutoScalingGroupName", "")

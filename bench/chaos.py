@@ -1,0 +1,61 @@
+"""The seeded chaos soak (provisioner/testing/chaos.py): faults injected by kind, invariant
+checks made, violations, and time to recover after each kill.
+
+    python bench/chaos.py [--seeds N] [--first S] [--steps K] [--jobs J]
+
+Prints one line per seed, then one JSON object of the figures (the last line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from provisioner.testing.chaos import run_seeds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=20, help="how many seeds (default 20)")
+    ap.add_argument("--first", type=int, default=1, help="the first seed (default 1)")
+    ap.add_argument("--steps", type=int, default=60, help="faulty passes per seed (default 60)")
+    ap.add_argument("--jobs", type=int, default=24, help="Philly jobs per seed (default 24)")
+    args = ap.parse_args()
+    seeds = list(range(args.first, args.first + args.seeds))
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
+        out: dict[str, object] = {}
+        for seed in seeds:
+            one = run_seeds([seed], Path(tmp), steps=args.steps, jobs=args.jobs)
+            print(
+                f"seed {seed}: {one['faults']} faults, {one['checks']} checks, "
+                f"{one['violations']} violations {one['violation_texts'] or ''}",
+                flush=True,
+            )
+            out = _merge(out, one)
+    out["wall_s"] = round(time.monotonic() - t0, 1)
+    print(json.dumps(out))
+
+
+def _merge(acc: dict[str, object], one: dict[str, object]) -> dict[str, object]:
+    if not acc:
+        return dict(one)
+    merged = dict(acc)
+    for key in ("seeds", "faults", "checks", "violations", "jobs", "instances", "kills"):
+        merged[key] = int(acc[key]) + int(one[key])  # type: ignore[call-overload]
+    kinds = dict(acc["faults_by_kind"])  # type: ignore[call-overload]
+    for k, v in dict(one["faults_by_kind"]).items():  # type: ignore[call-overload]
+        kinds[k] = kinds.get(k, 0) + v
+    merged["faults_by_kind"] = kinds
+    merged["violation_texts"] = [*acc["violation_texts"], *one["violation_texts"]][:20]  # type: ignore[misc]
+    for key in ("recover_s_p50", "recover_s_max"):
+        vals = [v for v in (acc[key], one[key]) if v is not None]
+        merged[key] = max(vals) if vals else None  # type: ignore[type-var]
+    return merged
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,667 @@
+"""A seeded chaos soak: the controller's promises checked from the outside under random faults.
+
+The world: the real controller (reconcile loop, planner, store on a SQLite file, accountant and
+HTTP API, built by `bootstrap.build_controller`), moto's server over HTTP as AWS behind the fault
+layer (`moto_faults`), and the demo's FAKE in-memory Slurm cluster (`demo.fake_slurm`) running
+jobs taken from the bundled Philly trace at accelerated time. Time is one injected clock for the
+whole world: the controller's passes, the fake cluster, and moto's instance launch and
+termination times (moto's `utcnow` is pointed at it, so the cloud's own records are in world time).
+
+A seeded schedule injects, between passes and inside them:
+
+* `kill`: the controller dies at a random moment, in the middle of a cloud call (a botocore
+  request about to be sent), in the middle of a store transaction (before its commit), or at a
+  crash step of the loop; a new controller starts on the same store file;
+* `capacity` (no capacity left), `partial_fill` (room for one instance), `throttle` and
+  `lost_response` (apply-then-drop: moto carries out a resize or terminate, the answer is lost);
+* `slurm_down` (slurmctld unreachable for a few passes: stale snapshots) and `stale` (one);
+* `spot_interruption`: the cloud terminates a running instance;
+* `old_store`: the controller dies and its store file is replaced by an older copy of itself;
+* `telemetry`: duplicate and clock-skewed NVML pushes to `POST /v1/telemetry`.
+
+After every step, and at the end, the invariants are checked from moto's records, the fake
+cluster's job records and the ledger, never from the product's billing code:
+
+* every job completes exactly once, and none is requeued because the controller took away the
+  node it ran on (requeues after an injected spot interruption are the cloud's doing);
+* every instance-second moto ran is in the ledger, within a cent (price x seconds, 60 s
+  minimum, by hand), once the instance is gone and billed;
+* the $/h of what moto runs never exceeds the global cap, and no team's month spend exceeds its
+  budget;
+* no node group ever holds more instances than scale-up intents asked for (one intent never
+  yields two instances);
+* no instance outlives the end of the work by more than the idle timeout plus one grace period.
+
+Honest limits: the kill is in-process (a `BaseException` raised at the moment: nothing after it
+runs, the open transaction is lost as the kernel would lose it, but the process is not an OS
+process killed by signal 9; the crash tests in tests/reconcile do that at the loop's steps).
+Slurm is the in-memory fake, not slurmctld; GCP is not part of the soak.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from provisioner.clock import ManualClock
+from provisioner.domain.errors import SnapshotError
+from provisioner.domain.jobs import JobState
+from provisioner.domain.snapshot import ClusterSnapshot
+
+FAULT_KINDS = (
+    "kill",
+    "capacity",
+    "partial_fill",
+    "throttle",
+    "lost_response",
+    "slurm_down",
+    "stale",
+    "spot_interruption",
+    "old_store",
+    "telemetry",
+)
+TICK_S = 60.0
+GRACE_S = 180.0
+IDLE_TIMEOUT_S = 300.0
+REGION = "us-east-1"
+POOL = "burst"
+ITYPE = "p4d.24xlarge"
+# us-east-1 p4d.24xlarge in the shipped catalog (policies/catalog/gpu_offers.csv): read there by
+# `_prices`, so the soak's expected dollars come from the price list, not the ledger
+GLOBAL_CAP = Decimal("30")
+TEAM_BUDGET = Decimal("5000")
+EPOCH = datetime(2026, 3, 2, tzinfo=UTC)
+
+
+class Killed(BaseException):
+    """The controller dies here: not an Exception, so nothing in the loop catches it."""
+
+
+@dataclass
+class SoakResult:
+    seed: int
+    faults: Counter[str] = field(default_factory=Counter)
+    checks: int = 0
+    violations: list[str] = field(default_factory=list)
+    jobs: int = 0
+    instances: int = 0
+    kills: int = 0
+    recover_s: list[float] = field(default_factory=list)
+    steps: int = 0
+
+
+# --------------------------------------------------------------------------- the world's clock
+
+
+class _CloudClock:
+    """Points moto's instance times at the world's clock, and keeps moto's own termination log."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.terminated_at: dict[str, float] = {}
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def install(self) -> None:
+        import moto.ec2.models.instances as moto_instances
+
+        inst_mod: Any = moto_instances  # patched for the soak's life, restored by uninstall
+        clock, log = self.clock, self.terminated_at
+        orig_terminate = inst_mod.Instance.terminate
+
+        def now() -> datetime:
+            return clock.now().replace(tzinfo=None)
+
+        def terminate(instance: Any) -> Any:
+            if instance._state.name != "terminated":
+                log.setdefault(instance.id, clock.now().timestamp())
+            return orig_terminate(instance)
+
+        self._saved = [
+            (inst_mod, "utcnow", inst_mod.utcnow),
+            (inst_mod.Instance, "terminate", orig_terminate),
+        ]
+        inst_mod.utcnow = now
+        inst_mod.Instance.terminate = terminate
+
+    def uninstall(self) -> None:
+        for owner, name, value in reversed(self._saved):
+            setattr(owner, name, value)
+        self._saved = []
+
+
+# --------------------------------------------------------------------------- the soak
+
+
+class Soak:
+    def __init__(self, seed: int, workdir: Path, server: Any, *, steps: int, jobs: int) -> None:
+        from provisioner.demo.fake_slurm import BurstPartition, FakeSlurm
+
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.dir = workdir / f"seed-{seed}"
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        self.server = server
+        self.steps = steps
+        self.controller_name = f"chaos-{seed}"
+        self.url = f"sqlite:///{self.dir / 'store.sqlite'}"
+        self.clock = ManualClock(EPOCH)
+        self.t0 = self.clock.now().timestamp()
+        self.fake = FakeSlurm(
+            self.clock,
+            onprem_nodes=1,
+            gpus_per_node=8,
+            burst=[BurstPartition(POOL, "cloud", 3, gpus=8, features=("cloud", "aws"))],
+            boot_s=120.0,
+            resume_timeout_s=600.0,
+            suspend_timeout_s=30.0,
+        )
+        self.result = SoakResult(seed)
+        self.slurm_down_until = -1.0
+        self.stale_once = False
+        self.interrupted: dict[str, float] = {}  # instance id -> when the cloud took it
+        self.intent_nodes: dict[str, int] = {}  # intent token -> nodes, across store copies
+        self.copies: list[Path] = []
+        self.prices = _prices()
+        self.kill_at: tuple[str, int] | None = None
+        self.kill_count = 0
+        self.events: list[str] = []  # what happened, for a violation's context
+        self.debug = False
+        self._requeues_seen = 0
+        self._submit_jobs(jobs)
+        self.c = self._start()
+
+    # ---------------------------------------------------------------- setup
+    def _submit_jobs(self, n: int) -> None:
+        """`n` consecutive jobs from the Philly trace, from a seeded offset: sizes as recorded,
+        runtimes capped at 40 min and arrivals compressed into the first half of the run."""
+        from provisioner.demo.trace_slice import DEFAULT_TRACE
+        from provisioner.simulate.trace import load_trace
+
+        trace = [j for j in load_trace(DEFAULT_TRACE) if 1 <= j.gpus <= 8]
+        start = self.rng.randrange(0, max(1, len(trace) - n))
+        window = trace[start : start + n]
+        first = window[0].submit_s
+        span = max(1.0, window[-1].submit_s - first)
+        for j in window:
+            at = self.t0 + (j.submit_s - first) / span * (self.steps * TICK_S / 2)
+            self.fake.submit(
+                j.gpus,
+                max(60.0, min(j.duration_s, 2400.0)),
+                submit_ts=at,
+                partition="onprem",
+                account="acct-v",
+                user=f"u{j.gpus}",
+                time_limit_s=2400.0,
+            )
+        self.result.jobs = len(window)
+
+    def _policy(self) -> Any:
+        from provisioner.config.loader import policy_from_mapping
+
+        return policy_from_mapping(
+            {
+                "controller": self.controller_name,
+                "onprem": {"gpu_model": "A100", "gpus_per_node": 8},
+                "waiting": {"default": {"runtime_factor": 0.01, "floor_s": 0, "cap_s": 120}},
+                "guardrails": {
+                    "idle_timeout_s": IDLE_TIMEOUT_S,
+                    "require_nvml_idle": False,
+                    "backoff_initial_s": 120,
+                    "backoff_max_s": 600,
+                    "join_timeout_s": 900,
+                },
+                "node": {"controller_host": "127.0.0.1", "images": {"aws": "ami-12c6146b"}},
+                "pools": [
+                    {
+                        "name": POOL,
+                        "cloud": "aws",
+                        "regions": [REGION],
+                        "gpu_model": "A100",
+                        "instance_types": [ITYPE],
+                        "capacity": "on-demand",
+                        "max_nodes": 3,
+                        "boot_seconds": 120,
+                        "partition": "cloud",
+                        "team": "vision",
+                    }
+                ],
+                "budgets": {
+                    "global_usd_per_hour": str(GLOBAL_CAP),
+                    "teams": {"vision": {"monthly_usd": str(TEAM_BUDGET)}},
+                    "team_of_account": {"acct-v": "vision"},
+                },
+            },
+            "chaos soak policy",
+        )
+
+    def _start(self) -> Any:
+        import boto3
+
+        from provisioner.bootstrap import (
+            SlurmParts,
+            build_clouds,
+            build_controller,
+            load_settings,
+        )
+        from provisioner.reconcile.loop import LoopConfig
+        from provisioner.reconcile.store import Store
+
+        pol = self._policy()
+        settings = load_settings(
+            store_url=self.url,
+            slurm_mode="none",
+            aws_endpoint_url=self.server.endpoint,
+            pool_driver="sdk",
+            tick_s=TICK_S,
+        )
+        session = boto3.session.Session(
+            aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
+        )
+        # every client made from this session dies here when a `cloud_call` kill is armed
+        session.events.register("before-send", lambda **_: self._maybe_die("cloud_call"))
+        observer = _FlakySlurm(self)
+        return build_controller(
+            settings,
+            clock=self.clock,
+            store=Store(self.url),
+            policy=pol,
+            slurm=SlurmParts(
+                observer=observer,
+                node_control=self.fake,
+                job_control=self.fake,
+                launcher=self.fake,
+            ),
+            clouds=build_clouds(settings, pol, aws_session=session),
+            hook=lambda _step: self._maybe_die("step"),
+            config=LoopConfig(
+                orphan_grace_s=GRACE_S,
+                retry_terminate_s=GRACE_S,
+                unbound_timeout_s=600,
+                sweep_max_disagreements=5,
+            ),
+        )
+
+    def _restart(self) -> None:
+        t = time.monotonic()
+        with contextlib.suppress(Exception):
+            self.c.store.close()
+        self.c = self._start()
+        self.result.recover_s.append(time.monotonic() - t)
+
+    # ---------------------------------------------------------------- faults
+    def _fault(self, kind: str) -> None:
+        self.result.faults[kind] += 1
+        self.events.append(kind)
+        srv = self.server
+        if kind == "capacity":
+            srv.set_capacity(REGION, ITYPE, 0)
+        elif kind == "partial_fill":
+            srv.set_capacity(REGION, ITYPE, 1)
+        elif kind == "throttle":
+            action = self.rng.choice(["SetDesiredCapacity", "DescribeAutoScalingGroups"])
+            srv.add_fault(action, "Throttling", service="autoscaling", status=400, times=2)
+        elif kind == "lost_response":
+            action = self.rng.choice(["SetDesiredCapacity", "TerminateInstanceInAutoScalingGroup"])
+            srv.add_fault(action, "InternalFailure", service="autoscaling", status=500,
+                          times=1, apply=True)  # fmt: skip
+        elif kind == "slurm_down":
+            self.slurm_down_until = (
+                self.clock.now().timestamp() + self.rng.choice([1, 2, 3]) * TICK_S
+            )
+        elif kind == "stale":
+            self.stale_once = True
+        elif kind == "spot_interruption":
+            running = [i for i in self._moto_instances() if i["State"]["Name"] == "running"]
+            if running:
+                victim = self.rng.choice(running)["InstanceId"]
+                self.interrupted[victim] = self.clock.now().timestamp()
+                self._ec2().terminate_instances(InstanceIds=[victim])
+        elif kind == "old_store":
+            if self.copies:
+                self.result.kills += 1
+                with contextlib.suppress(Exception):
+                    self.c.store.close()
+                shutil.copy(self.rng.choice(self.copies), self.dir / "store.sqlite")
+                self._restart()
+        elif kind == "telemetry":
+            self._telemetry()
+
+    def _telemetry(self) -> None:
+        from fastapi.testclient import TestClient
+
+        from provisioner.api.auth import Role, create_token
+
+        now = self.clock.now().timestamp()
+        token = create_token(self.c.store, Role.ADMIN, "chaos-agent", now)
+        skew = self.rng.choice([-3 * 3600.0, -120.0, 0.0, 90.0, 6 * 3600.0])
+        body = {
+            "node": "onprem-1",
+            "sampled_ts": now + skew,
+            "gpus": [
+                {"index": 0, "uuid": "GPU-chaos-0", "util_pct": 50.0, "power_w": 300.0,
+                 "energy_mj": 1000.0 * (now - self.t0)}
+            ],
+        }  # fmt: skip
+        with TestClient(self.c.app) as client:
+            for _ in range(2):  # the same sample twice
+                client.post(
+                    "/v1/telemetry", json=body, headers={"Authorization": f"Bearer {token}"}
+                )
+
+    def _arm_kill(self) -> None:
+        """Arm a death at a random moment of the next pass."""
+        where = self.rng.choice(["cloud_call", "transaction", "step"])
+        self.kill_at = (where, self.rng.randint(1, 3))
+        self.kill_count = 0
+
+    def _maybe_die(self, where: str) -> None:
+        if self.kill_at is None or self.kill_at[0] != where:
+            return
+        self.kill_count += 1
+        if self.kill_count >= self.kill_at[1]:
+            self.kill_at = None
+            raise Killed(where)
+
+    # ---------------------------------------------------------------- one step
+    def step(self, i: int) -> None:
+        faults = 0
+        kill = False
+        for kind in FAULT_KINDS:
+            if self.rng.random() < _RATE[kind]:
+                if kind == "kill":
+                    kill = True
+                else:
+                    self._fault(kind)
+                faults += 1
+        if kill:
+            self._arm_kill()
+        try:
+            self.c.reconciler.run_pass()
+        except Killed as death:
+            self.result.kills += 1
+            self.result.faults["kill"] += 1
+            self.events.append(f"killed at {death}")
+            self._restart()
+        self.kill_at = None
+        if i % 7 == 3:  # an older copy of the store for `old_store` faults
+            dst = self.dir / f"store-{i}.sqlite"
+            with contextlib.suppress(Exception):
+                _backup_sqlite(self.dir / "store.sqlite", dst)
+                self.copies.append(dst)
+                self.copies = self.copies[-3:]
+        # faults of the cloud last a pass or two, as a capacity shortage does
+        if self.rng.random() < 0.5:
+            self.server.clear_faults()
+        if self.debug:
+            states = sorted(
+                (i["InstanceId"][-4:], i["State"]["Name"]) for i in self._moto_instances()
+            )
+            recs = sorted(
+                (
+                    si.instance.instance_id[-4:],
+                    str(si.instance.state),
+                    si.instance.node_name,
+                    str(si.instance.price_usd_hr),
+                )
+                for si in self.c.store.instances()
+            )
+            print(f"step {i} t+{self.clock.now().timestamp() - self.t0:.0f} "
+                  f"events={self.events[-3:]} moto={states} store={recs}")  # fmt: skip
+        self.clock.advance(TICK_S)
+        self.check(final=False)
+        self.result.steps += 1
+
+    # ---------------------------------------------------------------- invariants
+    def _ec2(self) -> Any:
+        import boto3
+
+        return boto3.client("ec2", endpoint_url=self.server.endpoint, region_name=REGION,
+                            aws_access_key_id="t", aws_secret_access_key="t")  # fmt: skip
+
+    def _moto_instances(self) -> list[dict[str, Any]]:
+        res = self._ec2().describe_instances(
+            Filters=[{"Name": "tag:controller", "Values": [self.controller_name]}]
+        )
+        return [i for r in res["Reservations"] for i in r["Instances"]]
+
+    def _violation(self, text: str) -> None:
+        if text not in self.result.violations:
+            self.result.violations.append(text)
+            if self.debug:
+                print(f"VIOLATION {text}; recent: {self.events[-6:]}")
+
+    def check(self, *, final: bool) -> None:
+        now = self.clock.now().timestamp()
+        insts = self._moto_instances()
+        self.result.instances = len(insts)
+        running = [i for i in insts if i["State"]["Name"] in ("pending", "running")]
+        # budgets: what the cloud runs now, and each team's month spend
+        burn = sum((self.prices[_capacity(i)] for i in running), Decimal(0))
+        self.result.checks += 1
+        if burn > GLOBAL_CAP:
+            self._violation(f"t+{now - self.t0:.0f}s: cloud runs ${burn}/h > cap ${GLOBAL_CAP}/h")
+        spent = sum(
+            (e.cost for e in self.c.store.ledger_entries() if e.team == "vision"), Decimal(0)
+        )
+        self.result.checks += 1
+        if spent > TEAM_BUDGET:
+            self._violation(f"team vision spent ${spent} > ${TEAM_BUDGET}")
+        # one intent never yields two instances: no more launches than intents asked for,
+        # beyond a group's replacement of an instance the cloud interrupted (intents are
+        # collected after every pass, so ones an old store copy forgot still count)
+        for it in self.c.store.intents(kind="scale_up"):
+            self.intent_nodes[it.token] = max(self.intent_nodes.get(it.token, 0), it.nodes)
+        self.result.checks += 1
+        asked = sum(self.intent_nodes.values()) + len(self.interrupted)
+        if len(insts) > asked:
+            self._violation(f"{len(insts)} instances launched for intents asking {asked}")
+            if self.debug:
+                print("  intents", self.intent_nodes, "interrupted", self.interrupted)
+                for it in self.c.store.intents(kind="scale_up"):
+                    print("  intent", it.token[:8], it.status, it.nodes, it.payload.get("target"),
+                          it.result, it.error_code)  # fmt: skip
+        # jobs: completed at most once, never requeued because the controller took the node
+        self.result.checks += 1
+        for j in self.fake.jobs.values():
+            if j.completions > 1:
+                self._violation(f"job {j.job_id} completed {j.completions} times")
+        # each requeue is judged once, right after the pass that made it, against the
+        # bindings of that moment (a node is bound to other instances later)
+        by_node_gone = self._nodes_taken_by_cloud()
+        fresh = self.fake.requeues[self._requeues_seen :]
+        self._requeues_seen = len(self.fake.requeues)
+        for jid, node, ts, cause, started in fresh:
+            if cause in ("vm_gone", "mark_failed") and started and not by_node_gone(node, ts):
+                self._violation(f"job {jid} killed on {node} at t+{ts - self.t0:.0f}s ({cause})")
+        if not final:
+            return
+        self.result.checks += 1
+        for j in self.fake.jobs.values():
+            if j.state is not JobState.COMPLETED or j.completions != 1:
+                self._violation(f"job {j.job_id} ended {j.state} after {j.completions} runs")
+        # dollars: every instance-second moto ran is in the ledger, within a cent
+        log = self.server_clock.terminated_at
+        for i in insts:
+            iid = i["InstanceId"]
+            self.result.checks += 1
+            if iid not in log:
+                self._violation(f"{iid} still running at the end")
+                continue
+            ran = log[iid] - i["LaunchTime"].timestamp()
+            expected = self.prices[_capacity(i)] * Decimal(repr(max(60.0, ran))) / 3600
+            billed = sum((e.cost for e in self.c.store.ledger_entries(instance_id=iid)), Decimal(0))
+            if billed < expected - Decimal("0.01"):
+                self._violation(f"{iid}: the cloud ran ${expected:.4f}, the ledger has ${billed}")
+        # nothing outlives the work by more than the idle timeout and one grace period
+        work_done = max((j.end_ts or 0.0) for j in self.fake.jobs.values())
+        limit = work_done + IDLE_TIMEOUT_S + GRACE_S + 4 * TICK_S
+        for iid, at in log.items():
+            self.result.checks += 1
+            if at > limit:
+                self._violation(
+                    f"{iid} lived until t+{at - self.t0:.0f}s, past t+{limit - self.t0:.0f}s"
+                )
+
+    def _nodes_taken_by_cloud(self) -> Callable[[str, float], bool]:
+        """Whether an injected interruption took the VM under `node` by `ts`: one bound to the
+        node was interrupted by then, or (its record lost with an old store copy) any was in
+        the few passes before."""
+        bound: dict[str, set[str]] = {}
+        for si in self.c.store.instances():
+            if si.instance.node_name:
+                bound.setdefault(si.instance.node_name, set()).add(si.instance.instance_id)
+
+        def taken(node: str, ts: float) -> bool:
+            ids = bound.get(node, set())
+            if any(self.interrupted.get(iid, float("inf")) <= ts for iid in ids):
+                return True
+            return not ids and any(ts - 4 * TICK_S <= t <= ts for t in self.interrupted.values())
+
+        return taken
+
+    # ---------------------------------------------------------------- the run
+    server_clock: _CloudClock
+
+    def run(self) -> SoakResult:
+        from sqlalchemy import event
+        from sqlalchemy.orm import Session
+
+        def before_commit(_session: Any) -> None:
+            self._maybe_die("transaction")
+
+        self.server_clock = _CloudClock(self.clock)
+        self.server_clock.install()
+        event.listen(Session, "before_commit", before_commit)
+        try:
+            for i in range(self.steps):
+                self.step(i)
+            # quiet: no more faults; let the work finish and the fleet drain
+            self.server.clear_faults()
+            self.slurm_down_until = -1.0
+            for _ in range(200):
+                done = all(j.state is JobState.COMPLETED for j in self.fake.jobs.values())
+                live = [
+                    i
+                    for i in self._moto_instances()
+                    if i["State"]["Name"] in ("pending", "running")
+                ]
+                if done and not live and not self.c.store.pending_intents():
+                    break
+                self.c.reconciler.run_pass()
+                self.clock.advance(TICK_S)
+                self.check(final=False)
+            for _ in range(3):  # bill the last terminations
+                self.c.reconciler.run_pass()
+                self.clock.advance(TICK_S)
+            self.check(final=True)
+        finally:
+            event.remove(Session, "before_commit", before_commit)
+            self.server_clock.uninstall()
+            with contextlib.suppress(Exception):
+                self.c.store.close()
+        return self.result
+
+
+_RATE = {
+    "kill": 0.2,
+    "capacity": 0.05,
+    "partial_fill": 0.05,
+    "throttle": 0.06,
+    "lost_response": 0.06,
+    "slurm_down": 0.04,
+    "stale": 0.05,
+    "spot_interruption": 0.05,
+    "old_store": 0.03,
+    "telemetry": 0.08,
+}
+
+
+class _FlakySlurm:
+    """The fake cluster's observer, unreachable while the soak has slurmctld down."""
+
+    def __init__(self, soak: Soak) -> None:
+        self.soak = soak
+
+    def observe(self) -> ClusterSnapshot:
+        s = self.soak
+        if s.clock.now().timestamp() < s.slurm_down_until:
+            raise SnapshotError("slurmctld unreachable (chaos: slurm_down)")
+        if s.stale_once:
+            s.stale_once = False
+            raise SnapshotError("squeue timed out (chaos: stale)")
+        return s.fake.observe()
+
+
+def _capacity(inst: dict[str, Any]) -> str:
+    tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+    return "spot" if tags.get("capacity") == "spot" else "on-demand"
+
+
+def _prices() -> dict[str, Decimal]:
+    """The p4d.24xlarge prices in us-east-1 from the shipped price list (not the product)."""
+    import csv
+
+    path = Path(__file__).resolve().parents[2] / "policies" / "catalog" / "gpu_offers.csv"
+    with path.open(newline="") as fh:
+        for row in csv.reader(fh):
+            if row[:3] == ["aws", REGION, ITYPE]:
+                return {"on-demand": Decimal(row[8]), "spot": Decimal(row[9])}
+    raise LookupError(f"{path}: no {ITYPE} in {REGION}")
+
+
+def _boto_clients(capacity: Any) -> Iterator[Any]:
+    """The boto3 clients an AWS capacity adapter holds (its EC2 and Auto Scaling clients)."""
+    for value in vars(capacity).values():
+        if hasattr(value, "meta") and hasattr(value.meta, "events"):
+            yield value
+
+
+def _backup_sqlite(src: Path, dst: Path) -> None:
+    """A consistent copy of a live SQLite file (the online backup API)."""
+    import sqlite3
+
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
+
+
+def run_seeds(
+    seeds: list[int], workdir: Path, *, steps: int = 60, jobs: int = 24
+) -> dict[str, Any]:
+    """Run the soak for each seed on one moto server; the figures as one JSON-able dict."""
+    from provisioner.testing.moto_faults import FaultyMotoServer
+
+    server = FaultyMotoServer().start()
+    results: list[SoakResult] = []
+    try:
+        for seed in seeds:
+            server.reset()
+            results.append(Soak(seed, workdir, server, steps=steps, jobs=jobs).run())
+    finally:
+        server.stop()
+    faults: Counter[str] = Counter()
+    for r in results:
+        faults.update(r.faults)
+    recover = sorted(x for r in results for x in r.recover_s)
+    return {
+        "seeds": len(results),
+        "faults": sum(faults.values()),
+        "faults_by_kind": {k: faults.get(k, 0) for k in FAULT_KINDS},
+        "checks": sum(r.checks for r in results),
+        "violations": sum(len(r.violations) for r in results),
+        "violation_texts": [f"seed {r.seed}: {v}" for r in results for v in r.violations][:20],
+        "jobs": sum(r.jobs for r in results),
+        "instances": sum(r.instances for r in results),
+        "kills": sum(r.kills for r in results),
+        "recover_s_p50": round(recover[len(recover) // 2], 3) if recover else None,
+        "recover_s_max": round(recover[-1], 3) if recover else None,
+    }
