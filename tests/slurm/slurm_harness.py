@@ -1,6 +1,12 @@
 """Helpers and fixtures for the live Slurm cluster tests (marked `slurm`): the cluster is started by
-it is always run; a cluster already up costs ~0.2 s), its env.sh loaded into os.environ, and reset
-to a known state: no jobs, every burst node powered down, no pending power requests."""
+scripts/slurm-up.sh (it is always run; a cluster already up costs ~0.2 s), its env.sh loaded into
+os.environ, and reset to a known state: no jobs, every burst node powered down, no pending power
+requests.
+
+`slurm_cluster` is parametrised over the Slurm releases tested live (the id is the release):
+22.05 from Debian 12 on this host (SLURM_DIR, PORT_BASE) and 24.11 from Debian 13 in a
+debootstrap root (SLURM24_DIR, SLURM24_PORT_BASE; its commands run through the wrappers in
+SLURM_BIN_DIR, its slurmrestd speaks JWT)."""
 
 from __future__ import annotations
 
@@ -16,10 +22,11 @@ from typing import TypeVar
 import pytest
 
 from provisioner.clock import SystemClock
+from provisioner.domain.errors import SnapshotError
 from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import Node, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm import CliSlurmObserver
+from provisioner.observe.slurm import CliSlurmObserver, RestSlurmObserver, RestToken
 from provisioner.observe.slurm_runner import SubprocessRunner
 from provisioner.register.handoff import HandoffResult, process_power_requests
 from provisioner.register.launcher import LocalCloudHandler, LocalSlurmdLauncher
@@ -28,6 +35,8 @@ from provisioner.register.slurm_control import SlurmControl
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
+# how long one snapshot may keep failing with transient Slurm errors before a test fails
+TRANSIENT_S = 30.0
 
 
 def load_env_sh(path: Path) -> dict[str, str]:
@@ -49,6 +58,8 @@ class Cluster:
     launcher: LocalSlurmdLauncher
     queue: SqlitePowerRequestQueue
     handler: LocalCloudHandler
+    series: str = "22.05"
+    rest: RestSlurmObserver | None = None
     clock: SystemClock = field(default_factory=SystemClock)
     handoffs: list[HandoffResult] = field(default_factory=list)
 
@@ -70,26 +81,54 @@ class Cluster:
         )
         return out.strip().split(";")[0]
 
-    def tick(self) -> ClusterSnapshot:
-        """One controller pass as the tests play it: hand queued power requests to the local
-        cloud, then observe."""
-        self.handoffs.append(process_power_requests(self.queue, self.handler, self.now()))
+    def _pass(self, handoff: bool) -> ClusterSnapshot:
+        if handoff:
+            self.handoffs.append(process_power_requests(self.queue, self.handler, self.now()))
         return self.observer.observe()
 
-    def wait(self, what: str, pred: Callable[[ClusterSnapshot], T | None], timeout: float) -> T:
-        """Poll real daemons with a deadline (the only waiting the tests do)."""
+    def tick(self, timeout: float = TRANSIENT_S) -> ClusterSnapshot:
+        """One controller pass as the tests play it: hand queued power requests to the local
+        cloud, then observe (transient Slurm errors retried, see `wait`)."""
+        return self.wait("a snapshot", lambda s: s, timeout)
+
+    def observe(self, timeout: float = TRANSIENT_S) -> ClusterSnapshot:
+        """A snapshot without handing off power requests (transient errors retried)."""
+        return self.wait("a snapshot", lambda s: s, timeout, handoff=False)
+
+    def wait(
+        self,
+        what: str,
+        pred: Callable[[ClusterSnapshot], T | None],
+        timeout: float,
+        *,
+        handoff: bool = True,
+    ) -> T:
+        """Poll real daemons with a deadline (the only waiting the tests do).
+
+        A loaded slurmctld sometimes answers a read with a transient error (`squeue --json`:
+        "Failed while looking for jobs: Unspecified error", a command timeout); such a pass is
+        retried until the deadline. An error that persists is not hidden: on timeout the failure
+        names the last error and the last good snapshot."""
         deadline = time.monotonic() + timeout
-        snap = self.tick()
+        snap: ClusterSnapshot | None = None
+        last_error: SnapshotError | None = None
+        errors = 0
         while True:
-            got = pred(snap)
-            if got:
-                return got
+            try:
+                snap = self._pass(handoff)
+                last_error = None
+            except SnapshotError as exc:
+                last_error = exc
+                errors += 1
+            if snap is not None and last_error is None:
+                got = pred(snap)
+                if got:
+                    return got
             if time.monotonic() > deadline:
-                pytest.fail(
-                    f"timed out after {timeout:g} s waiting for {what}; last: {brief(snap)}"
-                )
+                seen = brief(snap) if snap is not None else "no snapshot"
+                err = f"; last error ({errors} in all): {last_error}" if last_error else ""
+                pytest.fail(f"timed out after {timeout:g} s waiting for {what}; last: {seen}{err}")
             time.sleep(0.3)
-            snap = self.tick()
 
 
 def job(snap: ClusterSnapshot, job_id: str) -> Job | None:
@@ -113,7 +152,7 @@ def _reset(c: Cluster) -> None:
         c.runner.run(["scancel", *ids], timeout_s=20)
     for n in c.cloud_nodes:
         c.launcher.stop(n)
-    snap = c.observer.observe()
+    snap = c.observe()
     for n in snap.nodes:
         if n.name not in c.cloud_nodes:
             continue
@@ -134,23 +173,54 @@ def _reset(c: Cluster) -> None:
     c.handler.failed.clear()
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[Cluster]:
-    sdir = Path(os.environ.get("SLURM_DIR") or REPO / ".slurm")
+SERIES = ("22.05", "24.11")
+
+
+def _start(series: str) -> tuple[Path, dict[str, str]]:
+    """Run scripts/slurm-up.sh for one release; its env.sh."""
+    env = dict(os.environ)
+    if series == "24.11":
+        sdir = Path(os.environ.get("SLURM24_DIR") or REPO / ".slurm-24.11")
+        env.update(SLURM_SERIES="24.11", PORT_BASE=os.environ.get("SLURM24_PORT_BASE", "6917"))
+    else:
+        sdir = Path(os.environ.get("SLURM_DIR") or REPO / ".slurm")
+        env["SLURM_SERIES"] = "22.05"
     proc = subprocess.run(
         ["bash", str(REPO / "scripts" / "slurm-up.sh"), str(sdir)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,  # a fresh machine builds the 24.11 root first (~75-150 s)
         check=False,
+        env=env,
     )
     if proc.returncode != 0:
-        pytest.fail(f"scripts/slurm-up.sh failed:\n{proc.stdout}\n{proc.stderr}")
-    env = load_env_sh(sdir / "env.sh")
+        pytest.fail(f"scripts/slurm-up.sh ({series}) failed:\n{proc.stdout}\n{proc.stderr}")
+    return sdir, load_env_sh(sdir / "env.sh")
+
+
+@pytest.fixture(scope="session", params=SERIES)
+def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    series: str = request.param
+    sdir, env = _start(series)
+    saved = dict(os.environ)
     os.environ.update(env)
-    runner = SubprocessRunner(slurm_conf=env["SLURM_CONF"])
+    bin_dir = env.get("SLURM_BIN_DIR") or None
+    runner = SubprocessRunner(slurm_conf=env["SLURM_CONF"], bin_dir=bin_dir)
     control = SlurmControl(runner)
-    launcher = LocalSlurmdLauncher(env["SLURM_CONF"], sdir / "run", spool_dir=sdir / "state")
+    launcher = LocalSlurmdLauncher(
+        env["SLURM_CONF"],
+        sdir / "run",
+        spool_dir=sdir / "state",
+        **({"slurmd": str(Path(bin_dir) / "slurmd")} if bin_dir else {}),
+    )
+    rest = None
+    if env.get("SLURMRESTD_URL"):
+        token = RestToken(file=env["SLURMRESTD_TOKEN_FILE"], user=env.get("SLURMRESTD_USER"))
+        rest = RestSlurmObserver(
+            None, SystemClock(), base_url=env["SLURMRESTD_URL"], token=token, api_version=None
+        )
+    elif env.get("SLURMRESTD_SOCKET"):
+        rest = RestSlurmObserver(env["SLURMRESTD_SOCKET"], SystemClock())
     cluster = Cluster(
         dir=sdir,
         env=env,
@@ -160,11 +230,17 @@ def slurm_cluster() -> Iterator[Cluster]:
         launcher=launcher,
         queue=SqlitePowerRequestQueue(env["PROVISIONER_STATE_DIR"]),
         handler=LocalCloudHandler(launcher, control),
+        series=series,
+        rest=rest,
     )
     (sdir / "jobs").mkdir(exist_ok=True)
-    _reset(cluster)
-    yield cluster
-    _reset(cluster)
+    try:
+        _reset(cluster)
+        yield cluster
+        _reset(cluster)
+    finally:  # the other release's tests must not see this cluster's env
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture
