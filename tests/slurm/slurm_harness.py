@@ -35,8 +35,6 @@ from provisioner.register.slurm_control import SlurmControl
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
-# how long one snapshot may keep failing with transient Slurm errors before a test fails
-TRANSIENT_S = 30.0
 
 
 def load_env_sh(path: Path) -> dict[str, str]:
@@ -81,53 +79,48 @@ class Cluster:
         )
         return out.strip().split(";")[0]
 
-    def _pass(self, handoff: bool) -> ClusterSnapshot:
-        if handoff:
-            self.handoffs.append(process_power_requests(self.queue, self.handler, self.now()))
+    def tick(self) -> ClusterSnapshot:
+        """One controller pass as the tests play it: hand queued power requests to the local
+        cloud, then observe."""
+        self.handoffs.append(process_power_requests(self.queue, self.handler, self.now()))
         return self.observer.observe()
 
-    def tick(self, timeout: float = TRANSIENT_S) -> ClusterSnapshot:
-        """One controller pass as the tests play it: hand queued power requests to the local
-        cloud, then observe (transient Slurm errors retried, see `wait`)."""
-        return self.wait("a snapshot", lambda s: s, timeout)
+    def snapshot(self) -> ClusterSnapshot:
+        """One pass's snapshot, retrying Slurm's transient errors for a while (see `wait`)."""
+        return self.wait("a snapshot", lambda s: s, timeout=30)
 
-    def observe(self, timeout: float = TRANSIENT_S) -> ClusterSnapshot:
-        """A snapshot without handing off power requests (transient errors retried)."""
-        return self.wait("a snapshot", lambda s: s, timeout, handoff=False)
-
-    def wait(
-        self,
-        what: str,
-        pred: Callable[[ClusterSnapshot], T | None],
-        timeout: float,
-        *,
-        handoff: bool = True,
-    ) -> T:
-        """Poll real daemons with a deadline (the only waiting the tests do).
-
-        A loaded slurmctld sometimes answers a read with a transient error (`squeue --json`:
-        "Failed while looking for jobs: Unspecified error", a command timeout); such a pass is
-        retried until the deadline. An error that persists is not hidden: on timeout the failure
-        names the last error and the last good snapshot."""
+    def wait(self, what: str, pred: Callable[[ClusterSnapshot], T | None], timeout: float) -> T:
+        """Poll real daemons with a deadline (the only waiting the tests do)."""
         deadline = time.monotonic() + timeout
-        snap: ClusterSnapshot | None = None
-        last_error: SnapshotError | None = None
-        errors = 0
+        last = "no answer from Slurm yet"
         while True:
             try:
-                snap = self._pass(handoff)
-                last_error = None
+                snap = self.tick()
             except SnapshotError as exc:
-                last_error = exc
-                errors += 1
-            if snap is not None and last_error is None:
+                # slurmctld answers "Unspecified error" now and then while a node changes state
+                # under load: a poll retries it; one that persists fails the test with its text
+                last = f"Slurm error: {exc}"
+            else:
                 got = pred(snap)
                 if got:
                     return got
+                last = brief(snap)
             if time.monotonic() > deadline:
-                seen = brief(snap) if snap is not None else "no snapshot"
-                err = f"; last error ({errors} in all): {last_error}" if last_error else ""
-                pytest.fail(f"timed out after {timeout:g} s waiting for {what}; last: {seen}{err}")
+                pytest.fail(f"timed out after {timeout:g} s waiting for {what}; last: {last}")
+            time.sleep(0.3)
+
+    def observe(self, timeout: float = 30) -> ClusterSnapshot:
+        """A snapshot without handing off power requests (the reset uses it), retrying Slurm's
+        transient errors until the deadline like `wait`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.observer.observe()
+            except SnapshotError as exc:
+                if time.monotonic() > deadline:
+                    pytest.fail(
+                        f"timed out after {timeout:g} s observing; last: Slurm error: {exc}"
+                    )
             time.sleep(0.3)
 
 

@@ -92,7 +92,7 @@ def test_slurm_driven_burst_runs_pending_job_on_cloud_then_powers_down(cluster: 
         j = job(s, burst)
         return j if j and j.state is JobState.COMPLETED else None
 
-    snap = c.tick()
+    snap = c.snapshot()
     assert job(snap, queued).state is JobState.PENDING
     finished = c.wait("the burst job to complete", done, timeout=60)
     (ran_on,) = finished.nodes
@@ -106,7 +106,7 @@ def test_slurm_driven_burst_runs_pending_job_on_cloud_then_powers_down(cluster: 
         (ran_on, 4, "cloud", "gputeam")
     ]
     # on-prem jobs still hold their GPUs; the on-prem job kept waiting
-    snap = c.tick()
+    snap = c.snapshot()
     assert job(snap, queued).state is JobState.PENDING
     for f in fill:
         c.runner.run(["scancel", f], timeout_s=10)
@@ -136,7 +136,7 @@ def test_power_down_asap_lets_the_running_job_finish(cluster: Cluster) -> None:
     jid = c.sbatch("-p", "cloud", "-w", name, "--gres=gpu:1", wrap="sleep 6; echo finished")
     c.wait("the job to run", lambda s: job(s, jid).state is JobState.RUNNING, timeout=40)
     c.control.drain_and_power_down(name, "scale-in: idle pool")
-    snap = c.tick()
+    snap = c.snapshot()
     assert node(snap, name).state is NodeState.DRAINING
     assert job(snap, jid).state is JobState.RUNNING
 
@@ -157,7 +157,7 @@ def test_node_that_never_joins_is_marked_failed_and_its_job_requeued(cluster: Cl
     limit = _timing(c, "SLURM_RESUME_TIMEOUT") + 30
     failed = c.wait("ResumeFailProgram", lambda s: c.handler.failed, timeout=limit)
     assert failed[0][0] == name
-    snap = c.tick()
+    snap = c.snapshot()
     n = node(snap, name)
     assert n.state is NodeState.DOWN
     reason = c.sh("sinfo", "-h", "-n", name, "-o", "%E")
