@@ -79,6 +79,20 @@ class Cluster:
         )
         return out.strip().split(";")[0]
 
+    def observe(self, timeout: float = 30) -> ClusterSnapshot:
+        """A snapshot without handing off power requests (the reset uses it), retrying Slurm's
+        transient errors until the deadline like `wait`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.observer.observe()
+            except SnapshotError as exc:
+                if time.monotonic() > deadline:
+                    pytest.fail(
+                        f"timed out after {timeout:g} s observing; last: Slurm error: {exc}"
+                    )
+            time.sleep(0.3)
+
     def tick(self) -> ClusterSnapshot:
         """One controller pass as the tests play it: hand queued power requests to the local
         cloud, then observe."""
@@ -107,20 +121,6 @@ class Cluster:
                 last = brief(snap)
             if time.monotonic() > deadline:
                 pytest.fail(f"timed out after {timeout:g} s waiting for {what}; last: {last}")
-            time.sleep(0.3)
-
-    def observe(self, timeout: float = 30) -> ClusterSnapshot:
-        """A snapshot without handing off power requests (the reset uses it), retrying Slurm's
-        transient errors until the deadline like `wait`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return self.observer.observe()
-            except SnapshotError as exc:
-                if time.monotonic() > deadline:
-                    pytest.fail(
-                        f"timed out after {timeout:g} s observing; last: Slurm error: {exc}"
-                    )
             time.sleep(0.3)
 
 
