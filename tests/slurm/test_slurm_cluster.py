@@ -143,8 +143,12 @@ def test_power_down_asap_lets_the_running_job_finish(cluster: Cluster) -> None:
     def node_leaving(s):
         return node(s, name).state in (NodeState.POWERING_DOWN, NodeState.POWERED_DOWN) and s
 
-    leaving = c.wait("the node to power down", node_leaving, timeout=40)
-    assert job(leaving, jid).state is JobState.COMPLETED  # finished before the node went
+    c.wait("the node to power down", node_leaving, timeout=40)
+    # squeue and the node read are two commands: a snapshot can pair the node leaving with the
+    # job read a moment before it ended, so ask Slurm for the job's outcome again: it ran to
+    # the end (COMPLETED, its output written), not killed with the node
+    ended = c.wait("the job's end", lambda s: job(s, jid).state is not JobState.RUNNING and s, 20)
+    assert job(ended, jid).state is JobState.COMPLETED
     assert "finished" in (c.dir / "jobs" / f"{jid}.out").read_text()
     c.wait("slurmd stopped", lambda s: not c.launcher.running(name), timeout=20)
 
