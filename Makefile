@@ -5,7 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 SLURM_DIR ?= $(CURDIR)/.slurm
-export SLURM_DIR
+# The Slurm 24.11 cluster (Debian 13 root in .slurm-roots/trixie) on its own ports
+SLURM24_DIR ?= $(CURDIR)/.slurm-24.11
+SLURM24_PORT_BASE ?= 6917
+export SLURM_DIR SLURM24_DIR SLURM24_PORT_BASE
 
 .PHONY: venv focus-venv run simulate test test-e2e test-unit lint typecheck bench chaos slurm-up slurm-down \
         localstack-up localstack-down iac-review clean
@@ -61,11 +64,14 @@ chaos: venv
 bench: venv
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
-slurm-up:
+# Both clusters: 22.05 on this host, 24.11 in its Debian 13 root (built once, ~75 s).
+slurm-up: venv
 	bash scripts/slurm-up.sh "$(SLURM_DIR)"
+	SLURM_SERIES=24.11 PORT_BASE=$(SLURM24_PORT_BASE) bash scripts/slurm-up.sh "$(SLURM24_DIR)"
 
 slurm-down:
 	bash scripts/slurm-down.sh "$(SLURM_DIR)" --purge
+	bash scripts/slurm-down.sh "$(SLURM24_DIR)" --purge
 
 localstack-up:
 	docker compose -f localstack/docker-compose.yml up -d

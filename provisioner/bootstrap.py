@@ -54,15 +54,31 @@ class Settings(BaseSettings):
     store_url: str = "sqlite:///provisioner.sqlite"
     policies: Path = DEFAULT_POLICIES
     catalog: Path | None = None
-    # Slurm: `cli` (squeue/sinfo/scontrol), `rest` (slurmrestd for reads, scontrol for changes),
-    # `none` (no scheduler: the loop still syncs clouds and accounts)
+    # Slurm: `cli` (squeue/sinfo/scontrol), `rest` (slurmrestd for reads with the CLI as
+    # fallback, scontrol for changes), `none` (no scheduler: the loop still syncs clouds and
+    # accounts)
     slurm_mode: Literal["cli", "rest", "none"] = "cli"
+    # folder of the Slurm commands (first in PATH); default: PATH
+    slurm_bin_dir: str | None = None
     slurm_conf: str | None = Field(
         default=None, validation_alias=AliasChoices("PROVISIONER_SLURM_CONF", "SLURM_CONF")
     )
     slurm_rest_socket: str | None = Field(
         default=None,
         validation_alias=AliasChoices("PROVISIONER_SLURM_REST_SOCKET", "SLURMRESTD_SOCKET"),
+    )
+    # slurmrestd over HTTP with a JWT (23.02+): URL, and the token from a file or an env var
+    slurm_rest_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("PROVISIONER_SLURM_REST_URL", "SLURMRESTD_URL")
+    )
+    slurm_rest_token_file: Path | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PROVISIONER_SLURM_REST_TOKEN_FILE", "SLURMRESTD_TOKEN_FILE"),
+    )
+    slurm_rest_token_env: str = "SLURM_JWT"
+    slurm_rest_user: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PROVISIONER_SLURM_REST_USER", "SLURMRESTD_USER"),
     )
     slurm_timeout_s: float = Field(default=15.0, gt=0)
     # The Slurm hooks' handoff queue (provisioner slurm resume|suspend|resume-fail)
@@ -105,28 +121,50 @@ class SlurmParts:
 def build_slurm(settings: Settings, clock: Clock, policy: Policy) -> SlurmParts:
     if settings.slurm_mode == "none":
         return SlurmParts()
-    from provisioner.observe.slurm import CliSlurmObserver, RestSlurmObserver
+    from provisioner.domain.errors import SnapshotError
+    from provisioner.observe.slurm import (
+        CliSlurmObserver,
+        FallbackSlurmObserver,
+        RestSlurmObserver,
+        RestToken,
+    )
     from provisioner.observe.slurm_parse import DEFAULT_CLOUD_PARTITIONS
     from provisioner.observe.slurm_runner import SubprocessRunner
     from provisioner.reconcile.ports import ScontrolJobControl
     from provisioner.register.slurm_control import SlurmControl
 
-    runner = SubprocessRunner(slurm_conf=settings.slurm_conf)
+    runner = SubprocessRunner(slurm_conf=settings.slurm_conf, bin_dir=settings.slurm_bin_dir)
     cloud_parts = set(DEFAULT_CLOUD_PARTITIONS) | {p.partition for p in policy.pools}
-    observer: SlurmObserver
+    cli = CliSlurmObserver(
+        runner, clock, timeout_s=settings.slurm_timeout_s, cloud_partitions=cloud_parts
+    )
+    try:  # the release, checked when the controller starts (unsupported: refuse to start)
+        cli.start()
+    except SnapshotError as exc:  # Slurm not reachable yet: the first pass detects it
+        log.warning("slurm: release not detected at start: %s", exc)
+    observer: SlurmObserver = cli
     if settings.slurm_mode == "rest":
-        if not settings.slurm_rest_socket:
-            raise ProvisionerError("slurm_mode=rest needs PROVISIONER_SLURM_REST_SOCKET")
-        observer = RestSlurmObserver(
-            settings.slurm_rest_socket,
+        if not settings.slurm_rest_socket and not settings.slurm_rest_url:
+            raise ProvisionerError(
+                "slurm_mode=rest needs PROVISIONER_SLURM_REST_URL or PROVISIONER_SLURM_REST_SOCKET"
+            )
+        token = None
+        if settings.slurm_rest_url:
+            token = RestToken(
+                file=settings.slurm_rest_token_file,
+                env=None if settings.slurm_rest_token_file else settings.slurm_rest_token_env,
+                user=settings.slurm_rest_user,
+            )
+        rest = RestSlurmObserver(
+            None if settings.slurm_rest_url else settings.slurm_rest_socket,
             clock,
+            base_url=settings.slurm_rest_url,
+            token=token,
+            api_version=cli.version.data_parser if cli.version else None,
             timeout_s=settings.slurm_timeout_s,
             cloud_partitions=cloud_parts,
         )
-    else:
-        observer = CliSlurmObserver(
-            runner, clock, timeout_s=settings.slurm_timeout_s, cloud_partitions=cloud_parts
-        )
+        observer = FallbackSlurmObserver(rest, cli)
     parts = SlurmParts(
         observer=observer,
         node_control=SlurmControl(runner, timeout_s=settings.slurm_timeout_s),
@@ -144,7 +182,10 @@ def build_slurm(settings: Settings, clock: Clock, policy: Policy) -> SlurmParts:
         conf = Path(settings.slurm_conf)
         pid_dir = settings.launcher_pid_dir or conf.parent.parent / "run"
         spool = settings.launcher_spool_dir or conf.parent.parent / "state"
-        parts.launcher = LocalSlurmdLauncher(conf, pid_dir, spool_dir=spool)
+        bin_dir = Path(settings.slurm_bin_dir or "/usr/sbin")
+        parts.launcher = LocalSlurmdLauncher(
+            conf, pid_dir, spool_dir=spool, slurmd=str(bin_dir / "slurmd")
+        )
     return parts
 
 

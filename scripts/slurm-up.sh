@@ -1,6 +1,17 @@
 #!/bin/bash
-# slurm-up.sh [DIR] -- idempotently bring up the project's real single-host Slurm 22.05 cluster
-# (Debian 12 packages) for tests and demos. Adapted from ../shared/notes/slurm/start-cluster.sh.
+# slurm-up.sh [DIR] -- idempotently bring up one of the project's real single-host Slurm clusters
+# for tests and demos. Adapted from ../shared/notes/slurm/start-cluster.sh.
+#
+#   SLURM_SERIES=22.05 (default): Debian 12's packages on this host.
+#   SLURM_SERIES=24.11: Debian 13's packages in a debootstrap root (scripts/slurm-root.sh, kept in
+#     SLURM_ROOT, default <repo>/.slurm-roots/trixie). Every daemon and command runs there through
+#     `chroot`; DIR is bind-mounted at the same path inside the root, so configs, pid files, logs
+#     and job output have one path on both sides. DIR/slurm-bin holds one wrapper per Slurm
+#     command (`squeue` -> `chroot ROOT /usr/bin/squeue`) for the host's tools. slurmrestd listens
+#     on 127.0.0.1 with JWT (AuthAltTypes=auth/jwt); the token is written to DIR/etc/jwt.token.
+#     The power-saving hooks run inside the root, where the project's Python is not: they hand
+#     the hostlist over loopback TCP (bash /dev/tcp) to scripts/slurm_hook_bridge.py on the host,
+#     which runs `provisioner slurm resume|suspend|resume-fail` there (HOOK_MODE=bridge).
 #
 #   * munged + slurmctld + one slurmd per on-prem node (2 nodes x 4 fake A100 GPUs: gres.conf
 #     File= symlinks to /dev/null), optional slurmrestd on a unix socket;
@@ -20,15 +31,21 @@
 #   CLOUD_FEATURES=cloud,aws,us-east-1,spot CLOUD_WEIGHT=100 ONPREM_WEIGHT=1
 #   NODE_CPUS=2 NODE_MEM=1000 GPU_TYPE=a100
 #   SUSPEND_TIME=10 SUSPEND_TIMEOUT=5 RESUME_TIMEOUT=15 SLURMD_TIMEOUT=60
-#   PORT_BASE=6817 (ctld=+0, slurmd port=+1, on-prem slurmds=+10.., cloud slurmds=+40..)
-#   WITH_REST=1    slurmrestd on unix:DIR/run/slurmrestd.sock
-#   HOOK_MODE=provisioner|autojoin|log   PROVISIONER=<repo>/.venv/bin/provisioner
+#   PORT_BASE=6817 (ctld=+0, slurmd port=+1, slurmrestd (24.11)=+3, hook bridge (24.11)=+4,
+#                   on-prem slurmds=+10.., cloud slurmds=+40..)
+#   WITH_REST=1    slurmrestd (22.05: unix:DIR/run/slurmrestd.sock; 24.11: 127.0.0.1:PORT_BASE+3)
+#   HOOK_MODE=provisioner|bridge|autojoin|log   PROVISIONER=<repo>/.venv/bin/provisioner
 #   INSTALL=1      0 = never call apt-get
 set -euo pipefail
 T_START=$(date +%s%N)
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
-DIR=${1:-${SLURM_DIR:-$REPO/.slurm}}
+SLURM_SERIES=${SLURM_SERIES:-22.05}
+case "$SLURM_SERIES" in
+  22.05) DIR=${1:-${SLURM_DIR:-$REPO/.slurm}} ;;
+  24.11) DIR=${1:-${SLURM24_DIR:-$REPO/.slurm-24.11}}; SLURM_ROOT=${SLURM_ROOT:-$REPO/.slurm-roots/trixie} ;;
+  *) echo "slurm-up: SLURM_SERIES=$SLURM_SERIES is not one of 22.05, 24.11" >&2; exit 2 ;;
+esac
 mkdir -p "$DIR"; DIR=$(cd "$DIR" && pwd)
 
 N_ONPREM=${N_ONPREM:-2};   ONPREM_GPUS=${ONPREM_GPUS:-4}
@@ -42,9 +59,12 @@ PORT_BASE=${PORT_BASE:-6817}
 WITH_REST=${WITH_REST:-1}; INSTALL=${INSTALL:-1}
 PROVISIONER=${PROVISIONER:-$REPO/.venv/bin/provisioner}
 if [ -z "${HOOK_MODE:-}" ]; then
-  if [ -x "$PROVISIONER" ]; then HOOK_MODE=provisioner; else HOOK_MODE=autojoin; fi
+  if [ ! -x "$PROVISIONER" ]; then HOOK_MODE=autojoin
+  elif [ "$SLURM_SERIES" = 24.11 ]; then HOOK_MODE=bridge
+  else HOOK_MODE=provisioner; fi
 fi
 CTLD_PORT=$PORT_BASE; SLURMD_PORT=$((PORT_BASE+1))
+REST_PORT=$((PORT_BASE+3)); BRIDGE_PORT=$((PORT_BASE+4))
 SYSPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH=$SYSPATH:$PATH
 export SLURM_CONF=$DIR/etc/slurm.conf
@@ -61,11 +81,11 @@ wait_for() { # wait_for <timeout_s> <cmd...>
 
 # ---------------------------------------------------------------- 1. packages
 need=()
-for c in slurmctld slurmd munged sinfo; do command -v $c >/dev/null || need+=(slurm-wlm munge); done
-if [ "$WITH_REST" = 1 ]; then
-  command -v slurmrestd >/dev/null || need+=(slurmrestd)
-  command -v curl >/dev/null || need+=(curl)
+if [ "$SLURM_SERIES" = 22.05 ]; then
+  for c in slurmctld slurmd munged sinfo; do command -v $c >/dev/null || need+=(slurm-wlm munge); done
+  [ "$WITH_REST" = 1 ] && { command -v slurmrestd >/dev/null || need+=(slurmrestd); }
 fi
+[ "$WITH_REST" = 1 ] && { command -v curl >/dev/null || need+=(curl); }
 if [ ${#need[@]} -gt 0 ]; then
   [ "$INSTALL" = 1 ] || die "missing packages: ${need[*]}"
   pkgs=$(printf '%s\n' "${need[@]}" | sort -u | tr '\n' ' ')
@@ -73,17 +93,53 @@ if [ ${#need[@]} -gt 0 ]; then
   t0=$(date +%s%N)
   export DEBIAN_FRONTEND=noninteractive
   # shellcheck disable=SC2086
-  apt-get update >"$DIR/apt.log" 2>&1 || log "apt-get update failed; trying the cached lists"
-  apt-get install -y --no-install-recommends $pkgs >>"$DIR/apt.log" 2>&1 \
+  apt-get -o DPkg::Lock::Timeout=600 update >"$DIR/apt.log" 2>&1 || log "apt-get update failed; trying the cached lists"
+  apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends $pkgs >>"$DIR/apt.log" 2>&1 \
     || die "apt-get install failed ($DIR/apt.log)"
   log "installed in $(secs_since "$t0")s"
 fi
 
+# ---------------------------------------------------------------- 1b. the 24.11 root
+SLURM_BIN_DIR=
+if [ "$SLURM_SERIES" = 24.11 ]; then
+  INSTALL=$INSTALL bash "$HERE/slurm-root.sh" "$SLURM_ROOT" || die "no Slurm 24.11 root"
+  SLURM_ROOT=$(cd "$SLURM_ROOT" && pwd)
+  echo "$SLURM_ROOT" >"$DIR/root"   # slurm-down.sh unmounts what is below it
+  mnt() { # mnt <what> <where below ROOT> <mount args...>: mount once
+    local at=$SLURM_ROOT$2; mkdir -p "$at"
+    mountpoint -q "$at" || mount "${@:3}" "$1" "$at" || die "mount $1 at $at failed"; }
+  mnt proc /proc -t proc
+  mnt /sys /sys --rbind          # slurmd 24.11 needs the cgroup filesystem
+  mnt /dev /dev --rbind
+  # slaves: unmounting them later must never propagate back to the host's /sys and /dev
+  mount --make-rslave "$SLURM_ROOT/sys" 2>/dev/null || true
+  mount --make-rslave "$SLURM_ROOT/dev" 2>/dev/null || true
+  mnt "$DIR" "$DIR" --bind       # the cluster folder at the same path on both sides
+  cp /etc/hosts "$SLURM_ROOT/etc/hosts"   # else every client retries getaddrinfo
+  SLURM_BIN_DIR=$DIR/slurm-bin; mkdir -p "$SLURM_BIN_DIR"
+  for c in /usr/bin/{squeue,sinfo,scontrol,sbatch,scancel,sacct,srun,salloc,sprio,sshare} \
+           /usr/sbin/{slurmctld,slurmd,slurmrestd}; do
+    printf '#!/bin/sh\n# generated by scripts/slurm-up.sh: Slurm 24.11 from the Debian 13 root\nexec /usr/sbin/chroot %s %s "$@"\n' \
+      "$SLURM_ROOT" "$c" >"$SLURM_BIN_DIR/$(basename "$c")"
+    chmod 0755 "$SLURM_BIN_DIR/$(basename "$c")"
+  done
+  export PATH=$SLURM_BIN_DIR:$PATH
+  INROOT=(/usr/sbin/chroot "$SLURM_ROOT")
+  log "Slurm $(slurmctld -V) in $SLURM_ROOT"
+else
+  INROOT=()
+fi
+
 # ---------------------------------------------------------------- 2. layout + key
 mkdir -p "$DIR"/{etc,state/ctld,state/provisioner,log,run,bin,dev,jobs}
-install -d -o munge -g munge -m 0755 "$DIR/munge"   # socket dir must be o+x
+# munge's uid differs between the host and the root: chown inside the root that runs munged
+"${INROOT[@]}" install -d -o munge -g munge -m 0755 "$DIR/munge"   # socket dir must be o+x
 [ -s "$DIR/munge/munge.key" ] || dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
-chown munge:munge "$DIR/munge/munge.key"; chmod 0400 "$DIR/munge/munge.key"
+"${INROOT[@]}" chown munge:munge "$DIR/munge/munge.key"; chmod 0400 "$DIR/munge/munge.key"
+if [ "$SLURM_SERIES" = 24.11 ]; then   # JWT signing key for `scontrol token` and slurmrestd
+  [ -s "$DIR/etc/jwt_hs256.key" ] || dd if=/dev/urandom of="$DIR/etc/jwt_hs256.key" bs=32 count=1 status=none
+  chmod 0600 "$DIR/etc/jwt_hs256.key"
+fi
 maxg=$(( ONPREM_GPUS > CLOUD_GPUS ? ONPREM_GPUS : CLOUD_GPUS ))
 for ((i=0;i<maxg;i++)); do ln -sfn /dev/null "$DIR/dev/nvidia$i"; done
 
@@ -92,6 +148,13 @@ for ((i=1;i<=N_ONPREM;i++)); do ONPREM_NODES+=("onprem-$i"); done
 for ((i=1;i<=N_CLOUD;i++));  do CLOUD_NODES+=("$CLOUD_PREFIX-$i"); done
 for n in "${ONPREM_NODES[@]}" "${CLOUD_NODES[@]}"; do mkdir -p "$DIR/state/d-$n"; done
 HOST=$(hostname -s)
+if [ "$SLURM_SERIES" = 24.11 ]; then
+  CTLD_HOST="$HOST(127.0.0.1)"   # 24.11 wants its own host name here
+  AUTH_ALT="AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$DIR/etc/jwt_hs256.key"
+else
+  CTLD_HOST="localhost(127.0.0.1)"; AUTH_ALT=""
+fi
 
 # ---------------------------------------------------------------- 3. configs
 CHANGED=0
@@ -102,7 +165,7 @@ gen_slurm_conf() {
 cat <<EOF
 # generated by scripts/slurm-up.sh
 ClusterName=burst
-SlurmctldHost=localhost(127.0.0.1)
+SlurmctldHost=$CTLD_HOST
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 SlurmUser=root
@@ -110,6 +173,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$DIR/munge/munge.sock
+$AUTH_ALT
 StateSaveLocation=$DIR/state/ctld
 SlurmdSpoolDir=$DIR/state/d-%n
 SlurmctldPidFile=$DIR/run/slurmctld.pid
@@ -182,6 +246,14 @@ case "$HOOK_MODE" in
   provisioner) exec "$PROVISIONER" slurm $2 --state-dir "$DIR/state/provisioner" "\$1" \\
                  >> "$DIR/log/power.log" 2>&1 ;;
   autojoin) exec "$DIR/bin/autojoin.sh" $2 "\$1" >> "$DIR/log/power.log" 2>&1 ;;
+  bridge) # in the 24.11 root: the host's hook bridge runs \`provisioner slurm $2\` there
+    if exec 3<>/dev/tcp/127.0.0.1/$BRIDGE_PORT; then
+      printf '%s %s\\n' $2 "\$1" >&3
+      IFS= read -r -t 30 reply <&3 || reply="no answer from the hook bridge"
+      echo "bridge: \$reply" >> "$DIR/log/power.log"
+      [ "\${reply%% *}" = ok ]; exit \$?
+    fi
+    echo "bridge: nothing listens on 127.0.0.1:$BRIDGE_PORT" >> "$DIR/log/power.log"; exit 1 ;;
 esac
 exit 0
 EOF
@@ -208,7 +280,7 @@ EOF
 chmod 0755 "$DIR/bin/autojoin.sh"
 touch "$DIR/log/power.log"
 
-write_if_changed "$DIR/env.sh" <<EOF
+cat >"$DIR/env.sh.new" <<EOF
 export SLURM_DIR=$DIR
 export SLURM_CONF=$SLURM_CONF
 export PROVISIONER_STATE_DIR=$DIR/state/provisioner
@@ -217,16 +289,34 @@ export SLURM_CLOUD_NODES=$(IFS=,; echo "${CLOUD_NODES[*]}")
 export SLURM_SUSPEND_TIME=$SUSPEND_TIME
 export SLURM_SUSPEND_TIMEOUT=$SUSPEND_TIMEOUT
 export SLURM_RESUME_TIMEOUT=$RESUME_TIMEOUT
+export SLURM_SERIES=$SLURM_SERIES
+EOF
+if [ "$SLURM_SERIES" = 24.11 ]; then
+  rest_url=$( [ "$WITH_REST" = 1 ] && echo "http://127.0.0.1:$REST_PORT" )
+  cat >>"$DIR/env.sh.new" <<EOF
+export SLURM_ROOT=$SLURM_ROOT
+export SLURM_BIN_DIR=$SLURM_BIN_DIR
+export PROVISIONER_SLURM_BIN_DIR=$SLURM_BIN_DIR
+export SLURMRESTD_URL=$rest_url
+export SLURMRESTD_TOKEN_FILE=$DIR/etc/jwt.token
+export SLURMRESTD_USER=root
+export SLURMRESTD_SOCKET=
+EOF
+else
+  cat >>"$DIR/env.sh.new" <<EOF
 export SLURMRESTD_SOCKET=$( [ "$WITH_REST" = 1 ] && echo "$DIR/run/slurmrestd.sock" )
 EOF
+fi
+write_if_changed "$DIR/env.sh" <"$DIR/env.sh.new"; rm -f "$DIR/env.sh.new"
 log "configs in $DIR/etc (changed=$CHANGED, hooks=$HOOK_MODE)"
 
 # ---------------------------------------------------------------- 4. daemons
 M=$DIR/munge
 if ! alive "$M/munged.pid"; then
-  runuser -u munge -- munged --socket="$M/munge.sock" --key-file="$M/munge.key" \
+  "${INROOT[@]}" runuser -u munge -- munged --socket="$M/munge.sock" --key-file="$M/munge.key" \
     --pid-file="$M/munged.pid" --log-file="$M/munged.log" --seed-file="$M/munged.seed"
-  wait_for 10 bash -c "munge -S '$M/munge.sock' -n | unmunge -S '$M/munge.sock'" || die "munged not answering"
+  wait_for 10 bash -c "${INROOT[*]} munge -S '$M/munge.sock' -n | ${INROOT[*]} unmunge -S '$M/munge.sock'" \
+    || die "munged not answering ($M/munged.log)"
   log "munged started"
 fi
 
@@ -258,7 +348,30 @@ done
 all_idle() { local s; s=$(sinfo -h -p onprem -o '%t' 2>/dev/null | sort -u | tr '\n' ' '); [ "$s" = "idle " ]; }
 wait_for 60 all_idle || { sinfo -N || true; die "on-prem nodes not idle after 60s"; }
 
-if [ "$WITH_REST" = 1 ] && ! alive "$DIR/run/slurmrestd.pid"; then
+if [ "$SLURM_SERIES" = 24.11 ] && [ "$HOOK_MODE" = bridge ] && ! alive "$DIR/run/hook-bridge.pid"; then
+  # the hooks in the root reach the host's `provisioner slurm ...` through this listener
+  setsid "$(dirname "$PROVISIONER")/python" "$HERE/slurm_hook_bridge.py" --port "$BRIDGE_PORT" \
+    --provisioner "$PROVISIONER" --state-dir "$DIR/state/provisioner" --pid-file "$DIR/run/hook-bridge.pid" \
+    </dev/null >>"$DIR/log/hook-bridge.log" 2>&1 &
+  wait_for 15 test -s "$DIR/run/hook-bridge.pid" || die "hook bridge not listening ($DIR/log/hook-bridge.log)"
+  log "hook bridge on 127.0.0.1:$BRIDGE_PORT"
+fi
+if [ "$SLURM_SERIES" = 24.11 ] && [ "$WITH_REST" = 1 ]; then
+  # a fresh token each run (lifespan one day); slurmrestd passes it on to slurmctld (auth/jwt)
+  tok=$(scontrol token username=root lifespan=86400 2>>"$DIR/log/slurmctld.log" | sed -n 's/^SLURM_JWT=//p')
+  [ -n "$tok" ] || die "scontrol token failed (AuthAltTypes=auth/jwt; $DIR/log/slurmctld.log)"
+  (umask 077; printf '%s\n' "$tok" >"$DIR/etc/jwt.token")
+  if ! alive "$DIR/run/slurmrestd.pid"; then
+    # SLURM_JWT=daemon: slurmrestd takes auth/jwt (AuthAltTypes) for the tokens it passes on
+    SLURM_JWT=daemon SLURMRESTD_SECURITY=disable_user_check setsid slurmrestd -f "$SLURM_CONF" -a rest_auth/jwt \
+      -s openapi/slurmctld "127.0.0.1:$REST_PORT" </dev/null >"$DIR/log/slurmrestd.log" 2>&1 &
+    echo $! > "$DIR/run/slurmrestd.pid"
+  fi
+  rest_ping() { curl -sf -H "X-SLURM-USER-NAME: root" -H "X-SLURM-USER-TOKEN: $tok" \
+                  "http://127.0.0.1:$REST_PORT/slurm/v0.0.42/ping"; }
+  wait_for 15 rest_ping || die "slurmrestd not answering ($DIR/log/slurmrestd.log)"
+  log "slurmrestd on http://127.0.0.1:$REST_PORT (JWT in $DIR/etc/jwt.token)"
+elif [ "$WITH_REST" = 1 ] && ! alive "$DIR/run/slurmrestd.pid"; then
   rm -f "$DIR/run/slurmrestd.sock"
   SLURMRESTD_SECURITY=disable_user_check setsid slurmrestd -f "$SLURM_CONF" -a rest_auth/local \
     -s openapi/v0.0.38 "unix:$DIR/run/slurmrestd.sock" </dev/null >"$DIR/log/slurmrestd.log" 2>&1 &

@@ -46,12 +46,21 @@ class CommandRunner(Protocol):
 
 class SubprocessRunner:
     """Runs commands with an explicit environment: the given SLURM_CONF and a system PATH
-    added to the caller's, so it works from a daemon or a Slurm hook with no PATH."""
+    added to the caller's, so it works from a daemon or a Slurm hook with no PATH. `bin_dir`, when
+    given, comes first in PATH: the folder of the Slurm commands to use (a site's own build, or
+    the test harness's wrappers into its Slurm 24.11 root)."""
 
-    def __init__(self, env: Mapping[str, str] | None = None, slurm_conf: str | None = None) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        slurm_conf: str | None = None,
+        bin_dir: str | None = None,
+    ) -> None:
         base = dict(os.environ if env is None else env)
         path = base.get("PATH", "")
         base["PATH"] = f"{path}:{SYSTEM_PATH}" if path else SYSTEM_PATH
+        if bin_dir:
+            base["PATH"] = f"{bin_dir}:{base['PATH']}"
         if slurm_conf:
             base["SLURM_CONF"] = slurm_conf
         self._env = base

@@ -36,6 +36,7 @@ from provisioner.config import load_policy
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.jobs import JobState
 from provisioner.domain.money import cost_for_seconds
+from provisioner.observe.slurm import FallbackSlurmObserver
 from provisioner.reconcile.store import Store
 
 pytestmark = pytest.mark.e2e
@@ -72,7 +73,8 @@ def make(cluster: Cluster, moto, tmp_path: Path, clock: ManualClock) -> Controll
     settings = load_settings(
         store_url=f"sqlite:///{tmp_path / 'controller.sqlite'}",
         policies=POLICIES,
-        slurm_mode="cli",
+        # 24.11: slurmrestd with JWT first, the CLI as fallback; 22.05: the CLI
+        slurm_mode="rest" if cluster.env.get("SLURMRESTD_URL") else "cli",
         slurm_conf=cluster.env["SLURM_CONF"],
         state_dir=cluster.env["PROVISIONER_STATE_DIR"],
         launcher="local",
@@ -195,6 +197,9 @@ def test_burst_to_moto_runs_jobs_on_cloud_nodes_then_scales_down_and_bills(
         S.TERMINATED,
     ], final.instance.history
     assert not cluster.launcher.running(node)
+    observer = c.reconciler.deps.observer
+    if isinstance(observer, FallbackSlurmObserver):  # 24.11: every pass read slurmrestd (JWT)
+        assert observer.last_source == "primary" and not observer.last_primary_error
     group = aws(moto.endpoint, "autoscaling").describe_auto_scaling_groups()["AutoScalingGroups"]
     assert [g["DesiredCapacity"] for g in group] == [0]
 

@@ -1,6 +1,12 @@
 """Helpers and fixtures for the live Slurm cluster tests (marked `slurm`): the cluster is started by
-it is always run; a cluster already up costs ~0.2 s), its env.sh loaded into os.environ, and reset
-to a known state: no jobs, every burst node powered down, no pending power requests."""
+scripts/slurm-up.sh (it is always run; a cluster already up costs ~0.2 s), its env.sh loaded into
+os.environ, and reset to a known state: no jobs, every burst node powered down, no pending power
+requests.
+
+`slurm_cluster` is parametrised over the Slurm releases tested live (the id is the release):
+22.05 from Debian 12 on this host (SLURM_DIR, PORT_BASE) and 24.11 from Debian 13 in a
+debootstrap root (SLURM24_DIR, SLURM24_PORT_BASE; its commands run through the wrappers in
+SLURM_BIN_DIR, its slurmrestd speaks JWT)."""
 
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from provisioner.domain.errors import SnapshotError
 from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import Node, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm import CliSlurmObserver
+from provisioner.observe.slurm import CliSlurmObserver, RestSlurmObserver, RestToken
 from provisioner.observe.slurm_runner import SubprocessRunner
 from provisioner.register.handoff import HandoffResult, process_power_requests
 from provisioner.register.launcher import LocalCloudHandler, LocalSlurmdLauncher
@@ -50,6 +56,8 @@ class Cluster:
     launcher: LocalSlurmdLauncher
     queue: SqlitePowerRequestQueue
     handler: LocalCloudHandler
+    series: str = "22.05"
+    rest: RestSlurmObserver | None = None
     clock: SystemClock = field(default_factory=SystemClock)
     handoffs: list[HandoffResult] = field(default_factory=list)
 
@@ -70,6 +78,20 @@ class Cluster:
             "sbatch", "--parsable", "-o", str(self.dir / "jobs" / "%j.out"), *args, "--wrap", wrap
         )
         return out.strip().split(";")[0]
+
+    def observe(self, timeout: float = 30) -> ClusterSnapshot:
+        """A snapshot without handing off power requests (the reset uses it), retrying Slurm's
+        transient errors until the deadline like `wait`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.observer.observe()
+            except SnapshotError as exc:
+                if time.monotonic() > deadline:
+                    pytest.fail(
+                        f"timed out after {timeout:g} s observing; last: Slurm error: {exc}"
+                    )
+            time.sleep(0.3)
 
     def tick(self) -> ClusterSnapshot:
         """One controller pass as the tests play it: hand queued power requests to the local
@@ -123,7 +145,7 @@ def _reset(c: Cluster) -> None:
         c.runner.run(["scancel", *ids], timeout_s=20)
     for n in c.cloud_nodes:
         c.launcher.stop(n)
-    snap = c.observer.observe()
+    snap = c.observe()
     for n in snap.nodes:
         if n.name not in c.cloud_nodes:
             continue
@@ -144,23 +166,54 @@ def _reset(c: Cluster) -> None:
     c.handler.failed.clear()
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[Cluster]:
-    sdir = Path(os.environ.get("SLURM_DIR") or REPO / ".slurm")
+SERIES = ("22.05", "24.11")
+
+
+def _start(series: str) -> tuple[Path, dict[str, str]]:
+    """Run scripts/slurm-up.sh for one release; its env.sh."""
+    env = dict(os.environ)
+    if series == "24.11":
+        sdir = Path(os.environ.get("SLURM24_DIR") or REPO / ".slurm-24.11")
+        env.update(SLURM_SERIES="24.11", PORT_BASE=os.environ.get("SLURM24_PORT_BASE", "6917"))
+    else:
+        sdir = Path(os.environ.get("SLURM_DIR") or REPO / ".slurm")
+        env["SLURM_SERIES"] = "22.05"
     proc = subprocess.run(
         ["bash", str(REPO / "scripts" / "slurm-up.sh"), str(sdir)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,  # a fresh machine builds the 24.11 root first (~75-150 s)
         check=False,
+        env=env,
     )
     if proc.returncode != 0:
-        pytest.fail(f"scripts/slurm-up.sh failed:\n{proc.stdout}\n{proc.stderr}")
-    env = load_env_sh(sdir / "env.sh")
+        pytest.fail(f"scripts/slurm-up.sh ({series}) failed:\n{proc.stdout}\n{proc.stderr}")
+    return sdir, load_env_sh(sdir / "env.sh")
+
+
+@pytest.fixture(scope="session", params=SERIES)
+def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    series: str = request.param
+    sdir, env = _start(series)
+    saved = dict(os.environ)
     os.environ.update(env)
-    runner = SubprocessRunner(slurm_conf=env["SLURM_CONF"])
+    bin_dir = env.get("SLURM_BIN_DIR") or None
+    runner = SubprocessRunner(slurm_conf=env["SLURM_CONF"], bin_dir=bin_dir)
     control = SlurmControl(runner)
-    launcher = LocalSlurmdLauncher(env["SLURM_CONF"], sdir / "run", spool_dir=sdir / "state")
+    launcher = LocalSlurmdLauncher(
+        env["SLURM_CONF"],
+        sdir / "run",
+        spool_dir=sdir / "state",
+        **({"slurmd": str(Path(bin_dir) / "slurmd")} if bin_dir else {}),
+    )
+    rest = None
+    if env.get("SLURMRESTD_URL"):
+        token = RestToken(file=env["SLURMRESTD_TOKEN_FILE"], user=env.get("SLURMRESTD_USER"))
+        rest = RestSlurmObserver(
+            None, SystemClock(), base_url=env["SLURMRESTD_URL"], token=token, api_version=None
+        )
+    elif env.get("SLURMRESTD_SOCKET"):
+        rest = RestSlurmObserver(env["SLURMRESTD_SOCKET"], SystemClock())
     cluster = Cluster(
         dir=sdir,
         env=env,
@@ -170,11 +223,17 @@ def slurm_cluster() -> Iterator[Cluster]:
         launcher=launcher,
         queue=SqlitePowerRequestQueue(env["PROVISIONER_STATE_DIR"]),
         handler=LocalCloudHandler(launcher, control),
+        series=series,
+        rest=rest,
     )
     (sdir / "jobs").mkdir(exist_ok=True)
-    _reset(cluster)
-    yield cluster
-    _reset(cluster)
+    try:
+        _reset(cluster)
+        yield cluster
+        _reset(cluster)
+    finally:  # the other release's tests must not see this cluster's env
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture

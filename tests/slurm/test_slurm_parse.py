@@ -288,7 +288,9 @@ class ScriptedRunner:
 
     def run(self, argv, *, timeout_s):
         self.calls.append((tuple(argv), timeout_s))
-        ans = self.answers[argv[0]]
+        if list(argv[1:]) == ["--version"] and " ".join(argv) not in self.answers:
+            return ok(argv[0], "slurm-wlm 22.05.8\n")  # what Debian 12's sinfo prints
+        ans = self.answers.get(" ".join(argv)) or self.answers[argv[0]]
         if isinstance(ans, Exception):
             raise ans
         return ans
@@ -305,7 +307,11 @@ def test_cli_observer_reads_both_commands_with_timeout() -> None:
     )
     snap = CliSlurmObserver(runner, clock, timeout_s=7).observe()
     assert snap.taken_ts == clock.now().timestamp() and not snap.stale
-    assert [c[0] for c in runner.calls] == [("squeue", "--json"), ("sinfo", "--json")]
+    assert [c[0] for c in runner.calls] == [
+        ("sinfo", "--version"),
+        ("squeue", "--json"),
+        ("sinfo", "--json"),
+    ]
     assert all(t == 7 for _, t in runner.calls)
 
 

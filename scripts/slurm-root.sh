@@ -1,0 +1,69 @@
+#!/bin/bash
+# slurm-root.sh ROOT -- build (once) the Debian 13 "trixie" root that holds Slurm 24.11 for the
+# second test cluster (see ../shared/notes/slurm.md, "Slurm 24.11 on the same host").
+#
+# Installing trixie's Slurm into the Debian 12 host would pull a newer libc, so the daemons run in
+# a separate root made by debootstrap. The root is kept (e.g. <repo>/.slurm-roots/trixie) and
+# reused while its stamp matches the suite and package list below; a changed list rebuilds it.
+# Building takes ~75 s and ~285 MB. debootstrap is installed with apt-get when missing.
+#
+# Env: DEBIAN_MIRROR (default: the first Debian mirror in apt's sources), INSTALL=1 (0 = never
+# call apt-get).
+set -euo pipefail
+ROOT=${1:?usage: slurm-root.sh ROOT}
+SUITE=trixie
+PACKAGES=slurmctld,slurmd,slurm-client,munge,slurmrestd,slurm-wlm-jwt-plugin
+STAMP_TEXT="suite=$SUITE variant=minbase include=$PACKAGES"
+INSTALL=${INSTALL:-1}
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+log() { printf '[slurm-root] %s\n' "$*"; }
+die() { log "ERROR: $*"; exit 1; }
+
+mkdir -p "$(dirname "$ROOT")"
+ROOT=$(cd "$(dirname "$ROOT")" && pwd)/$(basename "$ROOT")
+STAMP=$ROOT/.provisioner-root
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_TEXT" ] && { [ -L "$ROOT/usr/sbin/slurmctld" ] || [ -x "$ROOT/usr/sbin/slurmctld" ]; }; then  # an absolute link into the root
+  exit 0   # built and unchanged: reuse
+fi
+
+mounted_below() { awk -v r="$1" '$2 == r || index($2, r "/") == 1 {print $2}' /proc/mounts; }
+[ -z "$(mounted_below "$ROOT")" ] \
+  || die "$ROOT has mounts ($(mounted_below "$ROOT" | tr '\n' ' ')); run make slurm-down first"
+
+if ! command -v debootstrap >/dev/null; then
+  [ "$INSTALL" = 1 ] || die "debootstrap is missing"
+  log "installing debootstrap"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -o DPkg::Lock::Timeout=600 update >/dev/null 2>&1 || log "apt-get update failed; using cached lists"
+  apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends debootstrap >/dev/null \
+    || die "apt-get install debootstrap failed"
+fi
+
+mirror() { # the Debian mirror apt already uses (deb822 sources or one-line sources.list)
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk '/^URIs:/ {print $2}' "$f"
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) {print $i; break}}' "$f"
+  done
+}
+MIRROR=${DEBIAN_MIRROR:-$(mirror | grep -v -- '-security' | head -1)}
+[ -n "$MIRROR" ] || die "no Debian mirror in apt's sources; set DEBIAN_MIRROR"
+
+TMP=$ROOT.tmp
+[ -z "$(mounted_below "$TMP")" ] || die "$TMP has mounts; refusing to remove it"
+rm -rf "$TMP"
+log "debootstrap $SUITE from $MIRROR into $ROOT (about 75 s)"
+t0=$(date +%s)
+debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$TMP" "$MIRROR" >"$TMP.log" 2>&1 \
+  || { tail -5 "$TMP.log"; die "debootstrap failed ($TMP.log)"; }
+# only packages and their config: drop the apt cache to keep the folder small
+rm -rf "$TMP"/var/cache/apt/archives/*.deb
+echo "$STAMP_TEXT" >"$TMP/.provisioner-root"
+rm -rf "$ROOT"
+mv "$TMP" "$ROOT"
+rm -f "$TMP.log"
+log "built in $(( $(date +%s) - t0 )) s: $(chroot "$ROOT" slurmctld -V)"
