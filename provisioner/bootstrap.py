@@ -124,7 +124,11 @@ def build_slurm(settings: Settings, clock: Clock, policy: Policy) -> SlurmParts:
         )
     else:
         observer = CliSlurmObserver(
-            runner, clock, timeout_s=settings.slurm_timeout_s, cloud_partitions=cloud_parts
+            runner,
+            clock,
+            timeout_s=settings.slurm_timeout_s,
+            cloud_partitions=cloud_parts,
+            ping_timeout_s=min(3.0, settings.slurm_timeout_s),
         )
     parts = SlurmParts(
         observer=observer,

@@ -69,8 +69,13 @@ class CliSlurmObserver:
         squeue: str = "squeue",
         sinfo: str = "sinfo",
         scontrol: str = "scontrol",
+        ping_timeout_s: float | None = None,
     ) -> None:
         self._runner = runner
+        # `scontrol ping` first, with a short timeout: with slurmctld down, squeue and sinfo
+        # each retry for several seconds before failing, so a pass took about 9 s and said only
+        # "squeue failed". The ping answers at once and names the cause. None: no ping.
+        self._ping_timeout_s = ping_timeout_s
         self._clock = clock
         self._timeout_s = timeout_s
         self._nodes_source = nodes_source
@@ -88,8 +93,23 @@ class CliSlurmObserver:
             raise SnapshotError(res.describe())
         return res.stdout
 
+    def ping(self) -> None:
+        """Raise SnapshotError("slurmctld unreachable ...") unless `scontrol ping` says UP."""
+        assert self._ping_timeout_s is not None
+        try:
+            res = run_observed(
+                self._runner, [self._scontrol, "ping"], timeout_s=self._ping_timeout_s
+            )
+        except SnapshotError as exc:
+            raise SnapshotError(f"slurmctld unreachable: {exc}") from None
+        text = " ".join(res.stdout.split())
+        if not res.ok or "DOWN" in text or " UP" not in text:
+            raise SnapshotError(f"slurmctld unreachable: {text or res.describe()}")
+
     def observe(self) -> ClusterSnapshot:
         taken_ts = self._clock.now().timestamp()
+        if self._ping_timeout_s is not None:
+            self.ping()
         jobs_doc = load_json(self._checked([self._squeue, "--json"]), source="squeue --json")
         jobs = parse_jobs(jobs_doc, source="squeue --json")
         return snapshot_from(SlurmView(jobs=jobs, nodes=self._nodes()), taken_ts)

@@ -18,7 +18,12 @@ from provisioner.reconcile.context import PassReport
 
 log = logging.getLogger("provisioner.controller")
 
-_BLOCKED = frozenset(r for r in ReasonCode if r.value.startswith("blocked_"))
+# A stale snapshot has its own warning; the decisions it blocks would only repeat it.
+_BLOCKED = frozenset(
+    r
+    for r in ReasonCode
+    if r.value.startswith("blocked_") and r is not ReasonCode.BLOCKED_STALE_SNAPSHOT
+)
 
 
 class PassLogger:
@@ -76,7 +81,7 @@ class PassLogger:
         for d in plan.decisions if plan is not None else ():
             if d.reason not in _BLOCKED:
                 continue
-            subject = ",".join(d.job_ids) or d.decision_id
+            subject = ",".join(d.job_ids) or d.reason.value
             why = d.detail.get("why", "")
             blocked[subject] = f"{d.reason.value}{': ' + why if why else ''}"
         for subject, text in sorted(blocked.items()):

@@ -128,3 +128,20 @@ def test_a_ledger_row_over_the_bound_is_refused_and_reports_still_answer(store):
         assert r.status_code == 200, (q, r.text)
     body = env.client.get("/v1/costs", headers=env.h("viewer")).json()
     assert body["total_usd"] == "4.500000"
+
+
+def test_telemetry_older_than_the_retention_is_pruned(store):
+    from provisioner.account.ledger import Accountant
+    from provisioner.domain.snapshot import ClusterSnapshot
+    from provisioner.reconcile.accounting_step import AccountingStep
+    from provisioner.reconcile.context import PassReport
+
+    policy = make_policy()  # retention 7 days
+    push(store, "gone-1", s(T0, energy_mj=0))
+    bill_energy(store, policy, T0)
+    push(store, "alive-1", s(T0 + 6 * 86_400, energy_mj=0))
+    step = AccountingStep(store, policy, Accountant(store, policy))
+    now = T0 + 7 * 86_400 + 1
+    step.run(ClusterSnapshot(taken_ts=now), now, PassReport(now_ts=now))
+    assert [t.node for t in store.telemetry()] == ["alive-1"]
+    assert ("gone-1", "GPU-h-0") not in store.energy_marks()
