@@ -129,12 +129,13 @@ def iac_router(
     cache_size: int = 128,
     misses_per_minute: int = 6,
     clock: Callable[[], float] = time.monotonic,
+    limiter: RenderLimiter | None = None,
 ) -> APIRouter:
     """The `/iac/review` route over `policies_dir` (default: the repository's policies/)."""
     policies = policies_dir or default_policies_dir()
     pack = policy_pack or default_policy_pack()
     cache = _Cache(cache_size)
-    limiter = RenderLimiter(misses_per_minute, clock)
+    limiter = limiter or RenderLimiter(misses_per_minute, clock)
     roots = sorted(
         {str(p) for p in (policies.resolve().parent, Path.home()) if str(p) not in ("", "/")}
         | {str(policies.resolve())},
