@@ -74,6 +74,13 @@ def register(app: typer.Typer) -> None:
         passes: Annotated[
             int | None, typer.Option("--passes", help="Stop after this many passes.")
         ] = None,
+        preflight: Annotated[
+            bool,
+            typer.Option(
+                "--preflight/--no-preflight",
+                help="Run `provisioner doctor` first and refuse to start if a check fails.",
+            ),
+        ] = True,
         verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     ) -> None:
         """Run the controller: the reconcile loop on a tick plus the HTTP API, in one process.
@@ -81,16 +88,29 @@ def register(app: typer.Typer) -> None:
         Settings come from PROVISIONER_* environment variables (see docs/controller.md); the
         options override them. SIGTERM or Ctrl-C lets the current pass finish, then exits."""
         from provisioner.bootstrap import build_controller, load_settings, serve
+        from provisioner.config import load_policy
+        from provisioner.doctor import raise_on_failure, run_doctor
+        from provisioner.plan.catalog import load_catalog
         from provisioner.reconcile.pass_log import PassLogger
 
         _logging(verbose, operator=True)
         settings = load_settings(
             policies=policies, store_url=store_url, api_host=host, api_port=port, tick_s=tick
         )
+        policy = load_policy(settings.policies)
+        catalog = load_catalog(settings.catalog)
+        if preflight:
+            checks = run_doctor(settings, policy, catalog)
+            for c in checks:
+                if c.verdict != "ok" or verbose:
+                    typer.echo(c.line(), err=True)
+            raise_on_failure(checks)
         pass_log = PassLogger(
             lambda: controller.reconciler.last_snapshot, lambda: controller.reconciler.last_plan
         )
-        controller = build_controller(settings, on_pass=pass_log.on_pass)
+        controller = build_controller(
+            settings, policy=policy, catalog=catalog, on_pass=pass_log.on_pass
+        )
 
         def started(url: str) -> None:
             typer.echo(
@@ -102,6 +122,35 @@ def register(app: typer.Typer) -> None:
 
         n = serve(controller, on_started=started, max_passes=passes)
         typer.echo(f"stopped after {n} pass(es)", err=True)
+
+    @app.command()
+    @friendly_errors
+    def doctor(
+        policies: Annotated[
+            Path | None, typer.Option("--policies", help="Policy directory or file.")
+        ] = None,
+        store_url: Annotated[
+            str | None, typer.Option("--store", help="SQLAlchemy URL of the store.")
+        ] = None,
+    ) -> None:
+        """Preflight: Slurm, pools against the live partitions and CLOUD nodes, clouds,
+        catalog, budgets, store and API port, each with a verdict and a fix. Exit 1 if a
+        mandatory check fails (`provisioner run` would refuse to start)."""
+        from provisioner.bootstrap import load_settings
+        from provisioner.config import load_policy
+        from provisioner.doctor import run_doctor
+        from provisioner.plan.catalog import load_catalog
+
+        settings = load_settings(policies=policies, store_url=store_url)
+        checks = run_doctor(
+            settings, load_policy(settings.policies), load_catalog(settings.catalog)
+        )
+        for c in checks:
+            typer.echo(c.line())
+        failed = sum(c.failed for c in checks)
+        typer.echo(f"{len(checks)} check(s), {failed} failed", err=True)
+        if failed:
+            raise typer.Exit(1)
 
     @app.command()
     @friendly_errors
