@@ -113,12 +113,27 @@ def register(app: typer.Typer) -> None:
         )
 
         def started(url: str) -> None:
+            from sqlalchemy.engine import make_url
+
+            store_shown = make_url(settings.store_url).render_as_string(hide_password=True)
             typer.echo(
                 f"controller {controller.policy.controller}: API on {url}, a pass every "
-                f"{settings.tick_s:g} s (slurm: {settings.slurm_mode}, store: "
-                f"{settings.store_url})",
+                f"{settings.tick_s:g} s (slurm: {settings.slurm_mode}, store: {store_shown})",
                 err=True,
             )
+            now = controller.clock.now().timestamp()
+            live = [
+                t
+                for t in controller.store.tokens()
+                if t.revoked_ts is None and (t.expires_ts is None or t.expires_ts > now)
+            ]
+            if not live:
+                # Tokens live in the store: one made against another store answers 401 here.
+                typer.echo(
+                    f"no API token in this store yet: provisioner token create --role viewer "
+                    f"--name me --store '{store_shown}'",
+                    err=True,
+                )
 
         n = serve(controller, on_started=started, max_passes=passes)
         typer.echo(f"stopped after {n} pass(es)", err=True)

@@ -7,6 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# The team of jobs submitted without a Slurm account (map "" in team_of_account to override).
+NO_ACCOUNT_TEAM = "no-account"
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -122,6 +125,10 @@ class Budgets(Strict):
     team_of_account: dict[str, str] = Field(default_factory=dict)
 
     def team_for(self, account: str) -> str:
+        """The team a Slurm account is billed to: mapped, else the account's own name. A job
+        with no account still gets a team with a name, so its cost is never under ""."""
+        if not account:
+            return self.team_of_account.get("", NO_ACCOUNT_TEAM)
         return self.team_of_account.get(account, account)
 
 
