@@ -111,3 +111,27 @@ def test_stale_snapshot_is_one_warning_with_the_cause_then_one_recovery_line(wor
     assert len(warnings) == 1, msgs
     assert "slurmctld unreachable" in warnings[0] and "ctl-host is DOWN" in warnings[0]
     assert ("INFO", "Slurm snapshot fresh again") in msgs
+
+
+def test_blocked_bursts_errors_and_actions_reach_the_terminal_once(caplog):
+    from decimal import Decimal
+
+    from provisioner.domain.plan import Decision, Plan, ReasonCode
+    from provisioner.reconcile.context import PassReport
+
+    blocked = Decision(
+        "d-1", ReasonCode.BLOCKED_TEAM_BUDGET, ("42",), detail={"why": "team vision at $5000"}
+    )
+    plan_now = [Plan(T0, (), (blocked,), {})]
+    pl = PassLogger(lambda: None, lambda: plan_now[0])
+    with caplog.at_level(logging.INFO, logger="provisioner.controller"):
+        for _ in range(3):
+            pl.on_pass(PassReport(now_ts=T0, errors=["list aws: throttled"], drained=0))
+        pl.on_pass(PassReport(now_ts=T0, nodes_requested=2, drained=1, ledger_usd=Decimal(0)))
+    msgs = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert msgs.count(("WARNING", "pass error: list aws: throttled")) == 1
+    assert msgs.count(
+        ("WARNING", "burst blocked for job(s) 42: blocked_team_budget: team vision at $5000")
+    ) == 1
+    assert ("INFO", "pass actions: 2 node(s) requested, 1 drained") in msgs
+    assert ("INFO", "pass completed without errors again") in msgs
