@@ -127,9 +127,11 @@ class World:
         return (kwh * PRICE).quantize(Decimal("0.000001"))
 
     def check_healthy(self) -> None:
-        took = self.passes(3)
-        # 2x the normal pass, with a 50 ms floor: a pass of a few ms on a loaded 2-core
-        # machine jitters by more than its own length.
+        # The fastest of 5 passes against 2x the normal (median) pass, with a 50 ms floor: on a
+        # loaded 2-core machine a pass of tens of ms jitters by more than its own length, and
+        # jitter only adds time; damage that stays (a held lock, a bloated table, a spinning
+        # thread) slows every pass, the fastest included.
+        took = min(self.run_pass() for _ in range(5))
         assert took <= max(2 * self.normal_s, self.normal_s + 0.05), (took, self.normal_s)
         assert self.energy_usd() == self.expected_energy_usd()
         st = self.http.get("/v1/status", headers=self.h("viewer")).json()["controller"]

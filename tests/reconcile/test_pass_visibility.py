@@ -130,8 +130,11 @@ def test_blocked_bursts_errors_and_actions_reach_the_terminal_once(caplog):
         pl.on_pass(PassReport(now_ts=T0, nodes_requested=2, drained=1, ledger_usd=Decimal(0)))
     msgs = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert msgs.count(("WARNING", "pass error: list aws: throttled")) == 1
-    assert msgs.count(
-        ("WARNING", "burst blocked for job(s) 42: blocked_team_budget: team vision at $5000")
-    ) == 1
+    assert (
+        msgs.count(
+            ("WARNING", "burst blocked for job(s) 42: blocked_team_budget: team vision at $5000")
+        )
+        == 1
+    )
     assert ("INFO", "pass actions: 2 node(s) requested, 1 drained") in msgs
     assert ("INFO", "pass completed without errors again") in msgs
