@@ -136,7 +136,11 @@ def build_slurm(settings: Settings, clock: Clock, policy: Policy) -> SlurmParts:
     runner = SubprocessRunner(slurm_conf=settings.slurm_conf, bin_dir=settings.slurm_bin_dir)
     cloud_parts = set(DEFAULT_CLOUD_PARTITIONS) | {p.partition for p in policy.pools}
     cli = CliSlurmObserver(
-        runner, clock, timeout_s=settings.slurm_timeout_s, cloud_partitions=cloud_parts
+        runner,
+        clock,
+        timeout_s=settings.slurm_timeout_s,
+        cloud_partitions=cloud_parts,
+        ping_timeout_s=min(3.0, settings.slurm_timeout_s),
     )
     try:  # the release, checked when the controller starts (unsupported: refuse to start)
         cli.start()

@@ -1,19 +1,57 @@
-"""`provisioner run`, `provisioner demo` and `provisioner token create`."""
+"""`provisioner run`, `provisioner demo` and `provisioner token create|revoke|list`."""
 
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 
-def _logging(verbose: bool) -> None:
+def _logging(verbose: bool, *, operator: bool = False) -> None:
+    """Other libraries at WARNING. The controller's own lines at INFO for `run` (what the
+    operator must see: actions, stale snapshots, errors), DEBUG with -v."""
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if operator:
+        logging.getLogger("provisioner").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="SQLAlchemy URL of the store: the same one `provisioner run` uses "
+        "(default: PROVISIONER_STORE_URL, else sqlite:///provisioner.sqlite).",
+    ),
+]
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 7 * 86_400.0}
+
+
+def parse_duration(text: str, option: str) -> float:
+    """'3600', '90m', '12h', '30d', '2w' as seconds; InputError naming `option` otherwise."""
+    from provisioner.domain.errors import InputError
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    seconds = float(m.group(1)) * _UNITS[m.group(2)] if m else 0.0
+    if not m or not 0 < seconds < 100 * 365 * 86_400.0:
+        raise InputError(f"{option}: {text!r} is not a duration such as 3600, 90m, 12h or 30d")
+    return seconds
+
+
+def _open_store(store_url: str | None) -> tuple[Any, str]:
+    from sqlalchemy.engine import make_url
+
+    from provisioner.bootstrap import load_settings
+    from provisioner.reconcile.store import Store
+
+    url = load_settings(store_url=store_url).store_url
+    return Store(url), make_url(url).render_as_string(hide_password=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -36,6 +74,13 @@ def register(app: typer.Typer) -> None:
         passes: Annotated[
             int | None, typer.Option("--passes", help="Stop after this many passes.")
         ] = None,
+        preflight: Annotated[
+            bool,
+            typer.Option(
+                "--preflight/--no-preflight",
+                help="Run `provisioner doctor` first and refuse to start if a check fails.",
+            ),
+        ] = True,
         verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     ) -> None:
         """Run the controller: the reconcile loop on a tick plus the HTTP API, in one process.
@@ -43,23 +88,84 @@ def register(app: typer.Typer) -> None:
         Settings come from PROVISIONER_* environment variables (see docs/controller.md); the
         options override them. SIGTERM or Ctrl-C lets the current pass finish, then exits."""
         from provisioner.bootstrap import build_controller, load_settings, serve
+        from provisioner.config import load_policy
+        from provisioner.doctor import raise_on_failure, run_doctor
+        from provisioner.plan.catalog import load_catalog
+        from provisioner.reconcile.pass_log import PassLogger
 
-        _logging(verbose)
+        _logging(verbose, operator=True)
         settings = load_settings(
             policies=policies, store_url=store_url, api_host=host, api_port=port, tick_s=tick
         )
-        controller = build_controller(settings)
+        policy = load_policy(settings.policies)
+        catalog = load_catalog(settings.catalog)
+        if preflight:
+            checks = run_doctor(settings, policy, catalog)
+            for c in checks:
+                if c.verdict != "ok" or verbose:
+                    typer.echo(c.line(), err=True)
+            raise_on_failure(checks)
+        pass_log = PassLogger(
+            lambda: controller.reconciler.last_snapshot, lambda: controller.reconciler.last_plan
+        )
+        controller = build_controller(
+            settings, policy=policy, catalog=catalog, on_pass=pass_log.on_pass
+        )
 
         def started(url: str) -> None:
+            from sqlalchemy.engine import make_url
+
+            store_shown = make_url(settings.store_url).render_as_string(hide_password=True)
             typer.echo(
                 f"controller {controller.policy.controller}: API on {url}, a pass every "
-                f"{settings.tick_s:g} s (slurm: {settings.slurm_mode}, store: "
-                f"{settings.store_url})",
+                f"{settings.tick_s:g} s (slurm: {settings.slurm_mode}, store: {store_shown})",
                 err=True,
             )
+            now = controller.clock.now().timestamp()
+            live = [
+                t
+                for t in controller.store.tokens()
+                if t.revoked_ts is None and (t.expires_ts is None or t.expires_ts > now)
+            ]
+            if not live:
+                # Tokens live in the store: one made against another store answers 401 here.
+                typer.echo(
+                    f"no API token in this store yet: provisioner token create --role viewer "
+                    f"--name me --store '{store_shown}'",
+                    err=True,
+                )
 
         n = serve(controller, on_started=started, max_passes=passes)
         typer.echo(f"stopped after {n} pass(es)", err=True)
+
+    @app.command()
+    @friendly_errors
+    def doctor(
+        policies: Annotated[
+            Path | None, typer.Option("--policies", help="Policy directory or file.")
+        ] = None,
+        store_url: Annotated[
+            str | None, typer.Option("--store", help="SQLAlchemy URL of the store.")
+        ] = None,
+    ) -> None:
+        """Preflight: Slurm, pools against the live partitions and CLOUD nodes, clouds,
+        catalog, budgets, store and API port, each with a verdict and a fix. Exit 1 if a
+        mandatory check fails (`provisioner run` would refuse to start)."""
+        from provisioner.bootstrap import load_settings
+        from provisioner.config import load_policy
+        from provisioner.doctor import run_doctor
+        from provisioner.plan.catalog import load_catalog
+
+        settings = load_settings(policies=policies, store_url=store_url)
+        checks = run_doctor(
+            settings, load_policy(settings.policies), load_catalog(settings.catalog)
+        )
+        for c in checks:
+            typer.echo(c.line())
+        failed = sum(c.failed for c in checks)
+        typer.echo(f"{len(checks)} check(s), {failed} failed", err=True)
+        if failed:
+            raise typer.Exit(1)
 
     @app.command()
     @friendly_errors
@@ -111,18 +217,22 @@ def register(app: typer.Typer) -> None:
     @token.command("create")
     @friendly_errors
     def token_create(
-        role: Annotated[str, typer.Option("--role", help="viewer, operator or admin.")],
+        role: Annotated[str, typer.Option("--role", help="agent, viewer, operator or admin.")],
         name: Annotated[str, typer.Option("--name", help="Who or what uses it.")],
-        store_url: Annotated[
-            str | None, typer.Option("--store", help="SQLAlchemy URL of the store.")
+        node: Annotated[
+            str | None,
+            typer.Option("--node", help="agent tokens: the one node whose telemetry they push."),
         ] = None,
+        ttl: Annotated[
+            str | None,
+            typer.Option("--ttl", help="Lifetime, e.g. 3600, 90m, 12h, 30d (default: none)."),
+        ] = None,
+        store_url: StoreOpt = None,
     ) -> None:
         """Create a token and print it once (only a salted hash is stored)."""
         from provisioner.api.auth import Role, create_token
-        from provisioner.bootstrap import load_settings
         from provisioner.clock import SystemClock
         from provisioner.domain.errors import InputError
-        from provisioner.reconcile.store import Store
 
         try:
             r = Role.parse(role)
@@ -130,13 +240,80 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--role: {exc}") from None
         if not name.strip():
             raise InputError("--name: must not be empty")
-        settings = load_settings(store_url=store_url)
-        store = Store(settings.store_url)
+        ttl_s = parse_duration(ttl, "--ttl") if ttl is not None else None
+        store, url = _open_store(store_url)
         try:
-            secret = create_token(store, r, name.strip(), SystemClock().now().timestamp())
+            try:
+                secret = create_token(
+                    store, r, name.strip(), SystemClock().now().timestamp(), node=node, ttl_s=ttl_s
+                )
+            except ValueError as exc:
+                raise InputError(f"--node/--ttl: {exc}") from None
         finally:
             store.close()
         typer.echo(secret)
-        typer.echo(f"{r.label} token {name.strip()!r} created; shown only this once", err=True)
+        bound = f" for node {node!r}" if node else ""
+        life = f", valid for {ttl}" if ttl else ""
+        typer.echo(
+            f"{r.label} token {name.strip()!r}{bound}{life} created in {url}; shown only this "
+            "once. The controller accepts it only if it runs on this same store.",
+            err=True,
+        )
+
+    @token.command("revoke")
+    @friendly_errors
+    def token_revoke(
+        token_id: Annotated[str, typer.Argument(help="The token id (pbt_<id>_...), or the token.")],
+        store_url: StoreOpt = None,
+    ) -> None:
+        """Revoke a token: it answers 401 from the next request on."""
+        from provisioner.clock import SystemClock
+        from provisioner.domain.errors import InputError
+
+        tid = token_id.split("_")[1] if token_id.startswith("pbt_") else token_id
+        store, url = _open_store(store_url)
+        try:
+            if not store.revoke_token(tid, SystemClock().now().timestamp()):
+                raise InputError(f"token id {tid!r}: no such token in {url}")
+        finally:
+            store.close()
+        typer.echo(f"token {tid} revoked", err=True)
+
+    @token.command("list")
+    @friendly_errors
+    def token_list(store_url: StoreOpt = None) -> None:
+        """List tokens: id, name, role, node, created, expires, revoked (never secrets)."""
+        from provisioner.api.render import iso
+        from provisioner.clock import SystemClock
+
+        store, _ = _open_store(store_url)
+        now = SystemClock().now().timestamp()
+        try:
+            rows = store.tokens()
+        finally:
+            store.close()
+        typer.echo("token_id\tname\trole\tnode\tcreated\texpires\trevoked\tstate")
+        for t in rows:
+            state = (
+                "revoked"
+                if t.revoked_ts is not None
+                else "expired"
+                if t.expires_ts is not None and now >= t.expires_ts
+                else "active"
+            )
+            typer.echo(
+                "\t".join(
+                    [
+                        t.token_id,
+                        t.name,
+                        t.role,
+                        t.node or "-",
+                        iso(t.created_ts) or "-",
+                        iso(t.expires_ts) or "-",
+                        iso(t.revoked_ts) or "-",
+                        state,
+                    ]
+                )
+            )
 
     app.add_typer(token, name="token")

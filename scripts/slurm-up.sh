@@ -345,8 +345,11 @@ for n in "${CLOUD_NODES[@]}"; do
       && log "forced stale cloud node $n ($st) to power down" ;; esac
 done
 
-all_idle() { local s; s=$(sinfo -h -p onprem -o '%t' 2>/dev/null | sort -u | tr '\n' ' '); [ "$s" = "idle " ]; }
-wait_for 60 all_idle || { sinfo -N || true; die "on-prem nodes not idle after 60s"; }
+# Up = registered and usable: idle, or busy with jobs (mix, alloc, comp). Waiting for idle made
+# a re-run fail while the cluster was merely running jobs.
+all_up() { local s; s=$(sinfo -h -p onprem -o '%t' 2>/dev/null | sort -u) || return 1
+  [ -n "$s" ] && ! grep -qvE '^(idle|mix|alloc|comp)$' <<<"$s"; }
+wait_for 60 all_up || { sinfo -N || true; die "on-prem nodes not up (idle, mix or alloc) after 60s"; }
 
 if [ "$SLURM_SERIES" = 24.11 ] && [ "$HOOK_MODE" = bridge ] && ! alive "$DIR/run/hook-bridge.pid"; then
   # the hooks in the root reach the host's `provisioner slurm ...` through this listener

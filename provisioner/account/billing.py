@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from provisioner.domain.instances import CloudInstance, InstanceOrigin, InstanceState
@@ -52,13 +53,32 @@ def billing_start(inst: CloudInstance) -> float | None:
     return None
 
 
+# Times the ledger accepts: 1970 to 2286. Outside that range a float cannot hold a midnight
+# exactly (at 1e22 s, ts // DAY_S * DAY_S == ts), so cutting days would never advance.
+MAX_TS = 1e10
+
+
 def next_midnight(ts: float) -> float:
     return (ts // DAY_S + 1) * DAY_S
 
 
+def month_start(ts: float) -> float:
+    """The UTC midnight that starts the month holding `ts`."""
+    day = datetime.fromtimestamp(check_ts(ts, "time"), UTC)
+    return day.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+def check_ts(ts: float, what: str) -> float:
+    if not (math.isfinite(ts) and 0 <= ts < MAX_TS):
+        raise ValueError(f"{what} {ts!r} is not a POSIX time between 1970 and 2286")
+    return ts
+
+
 def day_windows(start: float, end: float) -> Iterator[tuple[float, float]]:
-    """[start, end) cut at every UTC midnight."""
-    a = start
+    """[start, end) cut at every UTC midnight. Times outside 1970-2286 are refused (ValueError)
+    rather than looped on forever."""
+    a = check_ts(start, "window start")
+    check_ts(end, "window end")
     while a < end:
         b = min(end, next_midnight(a))
         yield a, b

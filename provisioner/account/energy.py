@@ -15,7 +15,11 @@ already billed, table `gpu_energy_marks`):
 
 The first sample of a GPU only sets its watermark. A window the counter cannot measure and that
 is longer than `max_power_gap_s` (the agent was away; power at its two ends says little about
-the time between) is skipped, not guessed. A window worth less than a micro-dollar keeps its
+the time between) is skipped, not guessed; so is any window longer than the policy's
+`telemetry.max_energy_gap_s`, one that starts in a closed billing period (a month before the
+current one, once `PERIOD_CLOSE_GRACE_S` of the new month has passed), and one whose samples lie
+outside 1970-2286. No GPU is believed to draw more than `telemetry.max_power_w`, so no row can
+hold more than that power for that gap. A window worth less than a micro-dollar keeps its
 watermark, so it is billed with the next one instead of being rounded away.
 
 Burst nodes are not billed here: the cloud's price includes their power. Nodes are taken as
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from provisioner.account.allocation import allocate_energy
-from provisioner.account.billing import day_windows
+from provisioner.account.billing import MAX_TS, day_windows, month_start
 from provisioner.account.pricing import energy_usd_per_kwh
 from provisioner.config.models import Policy
 from provisioner.domain.nodes import GpuSample
@@ -43,6 +47,9 @@ from provisioner.reconcile.store import (
 )
 
 DEFAULT_MAX_POWER_GAP_S = 3600.0
+# A month's books close once the new month is this old: energy windows starting before then
+# are never billed (late samples cannot rewrite a period finance has already pulled).
+PERIOD_CLOSE_GRACE_S = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,18 +112,33 @@ def bill_energy(
     Samples stamped after `now_ts` wait for a later pass."""
     burst = burst_node_names(store) if onprem_nodes is None else set()
     result = EnergyResult()
+    closed_before = month_start(now_ts - PERIOD_CLOSE_GRACE_S)
     for nt in store.telemetry():
         if onprem_nodes is not None and nt.node not in onprem_nodes:
             continue
         if nt.node in burst:
             continue
-        result = result + _bill_node(store, policy, nt, now_ts, max_power_gap_s)
+        result = result + _bill_node(store, policy, nt, now_ts, max_power_gap_s, closed_before)
     return result
 
 
+def _billable(prev: EnergyMark, cur: GpuSample, closed_before: float) -> bool:
+    return (
+        prev.sampled_ts >= closed_before
+        and 0 <= prev.sampled_ts < MAX_TS
+        and 0 <= cur.sampled_ts < MAX_TS
+    )
+
+
 def _bill_node(
-    store: Store, policy: Policy, nt: NodeTelemetry, now_ts: float, max_power_gap_s: float
+    store: Store,
+    policy: Policy,
+    nt: NodeTelemetry,
+    now_ts: float,
+    max_power_gap_s: float,
+    closed_before: float,
 ) -> EnergyResult:
+    limits = policy.telemetry
     marks = store.energy_marks(nt.node)
     moves: list[tuple[EnergyMark | None, EnergyMark]] = []
     windows: dict[tuple[float, float], list[tuple[Decimal, EnergyMark, EnergyMark]]] = {}
@@ -133,7 +155,11 @@ def _bill_node(
         elapsed = g.sampled_ts - prev.sampled_ts
         if elapsed <= 0:
             continue
-        est = gpu_energy_kwh(_as_reading(prev, g), g, elapsed)
+        if elapsed > limits.max_energy_gap_s or not _billable(prev, g, closed_before):
+            moves.append((prev, cur))
+            skipped += 1
+            continue
+        est = gpu_energy_kwh(_as_reading(prev, g), g, elapsed, max_plausible_w=limits.max_power_w)
         if est.method == "none" or (est.method == "power" and elapsed > max_power_gap_s):
             moves.append((prev, cur))
             skipped += 1

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import select
 
 from provisioner.account.budgets import month_bounds
+from provisioner.account.csv_safe import safe_row
 from provisioner.reconcile.models import LedgerRow
 from provisioner.reconcile.store import Store
 
@@ -327,5 +328,5 @@ def iter_focus_csv(
         for part in result.partitions():
             buf.seek(0)
             buf.truncate()
-            writer.writerows(focus_row(r, opts, periods) for r in part)
+            writer.writerows(safe_row(focus_row(r, opts, periods)) for r in part)
             yield buf.getvalue()

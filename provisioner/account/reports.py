@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, func, select
 
 from provisioner.account.billing import DAY_S
+from provisioner.account.csv_safe import safe_row
 from provisioner.reconcile.models import GRAINS, LedgerRow, RollupRow
 from provisioner.reconcile.store import Store, day_of, from_micros
 
@@ -165,5 +166,5 @@ def report_to_csv(report: CostReport) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([*report.group_by, "cost_usd", "ledger_rows"])
     for r in report.rows:
-        w.writerow([*r.key, f"{r.cost:.6f}", r.rows])
+        w.writerow(safe_row([*r.key, f"{r.cost:.6f}", r.rows]))
     return buf.getvalue()

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Path, Quer
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from provisioner.account.budgets import budget_status
 from provisioner.account.focus import FocusOptions, iter_focus_csv
@@ -29,16 +29,17 @@ from provisioner.account.reports import (
     parse_kinds,
     report_to_csv,
 )
-from provisioner.api import render
+from provisioner.api import edge, render
 from provisioner.api.auth import Principal, Role, verify_token
-from provisioner.api.metrics import ProvisionerCollector, make_registry
+from provisioner.api.edge import DEFAULT_MAX_BODY_BYTES
+from provisioner.api.metrics import PassCollector, ProvisionerCollector, make_registry
+from provisioner.api.telemetry_ingest import ingest
 from provisioner.api.telemetry_views import GpuCollector, policy_of, telemetry_router
 from provisioner.clock import Clock
 from provisioner.config.models import Policy
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.plan import Plan
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.gpu_load import record_payload
 from provisioner.observe.gpu_telemetry import GpuTelemetry
 from provisioner.reconcile.store import Store
 
@@ -46,7 +47,6 @@ log = logging.getLogger("provisioner.api")
 
 API_VERSION = "v1"
 MAX_LIMIT = 1000
-MAX_GPU_INDEX = 2**31 - 1
 
 
 @dataclass
@@ -72,6 +72,10 @@ class ApiDeps:
     version: str = "0.1.0"
     title: str = "GPU burst provisioner"
     policy: Policy | Callable[[], Policy] | None = None
+    # Swagger UI at /docs loads its script from a CDN (no integrity check, and it breaks
+    # offline), so it is off unless asked for; /openapi.json is always served.
+    docs: bool = False
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
 # --------------------------------------------------------------------------- request bodies
@@ -109,10 +113,11 @@ def require(role: Role) -> Callable[..., Principal]:
     ) -> Principal:
         if creds is None or not creds.credentials:
             raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-        principal = verify_token(_deps(request).store, creds.credentials)
+        deps = _deps(request)
+        principal = verify_token(deps.store, creds.credentials, _now(deps))
         if principal is None:
             raise HTTPException(
-                401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"}
+                401, "invalid, expired or revoked token", headers={"WWW-Authenticate": "Bearer"}
             )
         if principal.role < role:
             raise HTTPException(
@@ -125,12 +130,29 @@ def require(role: Role) -> Callable[..., Principal]:
     return dependency
 
 
+Agent = Annotated[Principal, Depends(require(Role.AGENT))]
 Viewer = Annotated[Principal, Depends(require(Role.VIEWER))]
 Operator = Annotated[Principal, Depends(require(Role.OPERATOR))]
 Admin = Annotated[Principal, Depends(require(Role.ADMIN))]
 
+MAX_POSIX_S = 1e10  # year 2286; a bigger number is milliseconds, which are refused
+
+
+def _seconds_only(value: Any) -> Any:
+    """Refuse a number past `MAX_POSIX_S`: pydantic would silently read it as milliseconds."""
+    text = value.strip() if isinstance(value, str) else value
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        return value
+    if not math.isfinite(number) or abs(number) >= MAX_POSIX_S:
+        raise ValueError(f"POSIX seconds must be below {MAX_POSIX_S:.0e} (not milliseconds)")
+    return value
+
+
 When = Annotated[
     datetime | date | None,
+    BeforeValidator(_seconds_only),
     Query(description="ISO 8601 date or date-time (UTC if no offset), or POSIX seconds."),
 ]
 
@@ -181,12 +203,15 @@ def create_app(deps: ApiDeps) -> FastAPI:
         description="Status, decisions, costs (reports, budgets, FOCUS) and operator actions "
         "of the hybrid GPU burst provisioner. All `/v1` endpoints need a bearer token.",
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url="/docs" if deps.docs else None,
         redoc_url=None,
     )
     app.state.deps = deps
+    edge.install(app, deps.max_body_bytes)
     registry = make_registry(ProvisionerCollector(deps.store, lambda: _now(deps), deps.snapshot))
     registry.register(GpuCollector(deps))
+    if deps.status_extra is not None:
+        registry.register(PassCollector(deps.status_extra))
 
     @app.exception_handler(ReportError)
     async def _report_error(_: Request, exc: ReportError) -> JSONResponse:
@@ -194,10 +219,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
 
     @app.exception_handler(ValidationError)
     async def _validation_error(_: Request, exc: ValidationError) -> JSONResponse:
-        errors = [
-            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-            for e in exc.errors(include_input=False, include_url=False)
-        ]
+        errors = edge.validation_detail(exc.errors(include_input=False, include_url=False))
         return JSONResponse({"detail": errors}, status_code=422)
 
     @app.exception_handler(Exception)
@@ -435,35 +457,12 @@ def _ops_router() -> APIRouter:
         status_code=202,
     )
     def post_telemetry(
-        request: Request, _: Operator, payload: Annotated[GpuTelemetry, Body()]
+        request: Request, who: Agent, payload: Annotated[GpuTelemetry, Body()]
     ) -> dict[str, Any]:
         deps = _deps(request)
-        try:
-            samples = payload.to_gpu_samples()
-            numbers = [payload.sampled_ts] + [
-                x
-                for s in samples
-                for x in (
-                    s.util_pct,
-                    s.mem_used_mib,
-                    s.mem_total_mib,
-                    s.power_w,
-                    s.energy_mj,
-                    s.temperature_c,
-                )
-                if x is not None
-            ]
-        except (OverflowError, ValueError) as exc:
-            raise HTTPException(422, "a number in the payload is out of range") from exc
-        if not all(math.isfinite(x) and abs(x) < 1e300 for x in numbers):
-            raise HTTPException(422, "numbers in the payload must be finite")
-        if len({s.index for s in samples}) != len(samples):
-            raise HTTPException(422, "a GPU index appears twice")
-        if any(s.index > MAX_GPU_INDEX for s in samples):
-            raise HTTPException(422, f"a GPU index must be at most {MAX_GPU_INDEX}")
-        n = deps.store.upsert_telemetry(payload.node, samples, _now(deps))
-        record_payload(deps.store, payload, _now(deps), policy_of(deps))
-        return {"node": payload.node, "gpus": len(samples), "stored": n}
+        if who.role is not Role.AGENT and who.role < Role.OPERATOR:
+            raise HTTPException(403, "this needs an agent token for the node, or operator")
+        return ingest(deps, who, payload, policy_of(deps).telemetry)
 
     @r.get("/telemetry", tags=["telemetry"], summary="Latest GPU samples per node")
     def get_telemetry(
@@ -579,6 +578,8 @@ def _admin_router() -> APIRouter:
                 "role": t.role,
                 "created_at": render.iso(t.created_ts),
                 "revoked_at": render.iso(t.revoked_ts),
+                "node": t.node,
+                "expires_at": render.iso(t.expires_ts),
             }
             for t in _deps(request).store.tokens()
         ]

@@ -3,7 +3,8 @@ when the controller provides one) at scrape time, in a registry of the app's own
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -137,6 +138,28 @@ class ProvisionerCollector(Collector):
         for p in self.store.pools():
             drained.add_metric([p.name], int(p.drained))
         yield drained
+
+
+class PassCollector(Collector):
+    """The loop's health from its status: passes that raised, and the last pass's errors."""
+
+    def __init__(self, status: Callable[[], Mapping[str, Any]]) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        st = self.status()
+        if "failed_passes" in st:
+            yield CounterMetricFamily(
+                "provisioner_reconcile_pass_failures",
+                "Reconcile passes that raised (a bug or a store outage; the log has the cause).",
+                value=int(st["failed_passes"]),
+            )
+        if "last_pass_errors" in st:
+            yield GaugeMetricFamily(
+                "provisioner_last_pass_errors",
+                "Errors the last reconcile pass reported (see /v1/status).",
+                value=len(st["last_pass_errors"]),
+            )
 
 
 def make_registry(collector: ProvisionerCollector) -> CollectorRegistry:

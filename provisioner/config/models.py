@@ -7,6 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# The team of jobs submitted without a Slurm account (map "" in team_of_account to override).
+NO_ACCOUNT_TEAM = "no-account"
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -122,6 +125,10 @@ class Budgets(Strict):
     team_of_account: dict[str, str] = Field(default_factory=dict)
 
     def team_for(self, account: str) -> str:
+        """The team a Slurm account is billed to: mapped, else the account's own name. A job
+        with no account still gets a team with a name, so its cost is never under ""."""
+        if not account:
+            return self.team_of_account.get("", NO_ACCOUNT_TEAM)
         return self.team_of_account.get(account, account)
 
 
@@ -159,6 +166,27 @@ class Health(Strict):
     allocated_idle_counts_busy: bool = True
 
 
+class Telemetry(Strict):
+    """Bounds on what NVML agents may push, and how long it is kept.
+
+    Every bound is enforced at the API edge with a 422 naming the field, so forged or broken
+    samples never reach the store, the energy ledger or the reconcile loop."""
+
+    # A sample older than this (agent clock far behind, a replay) or further ahead than the
+    # skew (agent clock ahead) is refused: it would bill energy into a closed period or block
+    # every later genuine sample of the node.
+    max_age_s: float = Field(default=3600.0, gt=0, le=7 * 86_400.0)
+    max_future_skew_s: float = Field(default=300.0, ge=0, le=3600.0)
+    max_gpus_per_node: int = Field(default=64, ge=1, le=1024)
+    # A GPU drawing more than this is not believed (the largest boards draw about 1.2 kW).
+    max_power_w: float = Field(default=5000.0, gt=0, le=100_000.0)
+    # Energy is billed only across gaps between samples shorter than this; a longer gap (the
+    # agent was away) is skipped, not guessed.
+    max_energy_gap_s: float = Field(default=4 * 3600.0, gt=0, le=86_400.0)
+    # Nodes that have not pushed for this long lose their stored samples.
+    retention_s: float = Field(default=7 * 86_400.0, gt=0)
+
+
 class NodeBootstrap(Strict):
     """How burst nodes find the controller and boot (rendered into cloud-init)."""
 
@@ -177,6 +205,7 @@ class Policy(Strict):
     guardrails: Guardrails = Guardrails()
     spot: SpotRisk = SpotRisk()
     health: Health = Health()
+    telemetry: Telemetry = Telemetry()
     node: NodeBootstrap = NodeBootstrap()
 
     @field_validator("pools")

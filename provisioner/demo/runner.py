@@ -147,7 +147,8 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
                     budget = d.wait_budget_s or 0.0
                     echo(
                         f"  + burst {su.nodes} x {su.offer} (${su.usd_per_hour_per_node}/h) for "
-                        f"{len(su.job_ids)} job(s): on-prem start in {_hm(wait)}, past its "
+                        f"{len(su.job_ids)} job(s): on-prem start in "
+                        f"{'more than ' if d.wait_is_lower_bound else ''}{_hm(wait)}, past its "
                         f"waiting budget of {_hm(budget)} since submit  [{d.decision_id}]"
                     )
                 for dr in plan.drains:
@@ -208,7 +209,7 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
                 f"server at {moto.endpoint} (in this process). Planner, loop, actuator, store, "
                 "accountant and API are the real ones."
             )
-            echo(f"  API       {url}   (OpenAPI: {url}/docs)")
+            echo(f"  API       {url}   (OpenAPI: {url}/openapi.json)")
             echo(f"  viewer    {viewer}")
             echo(f"  operator  {operator}   (POST /v1/operator/pause, /v1/plan)")
             echo(

@@ -41,6 +41,11 @@ class Alternative:
     rejected_because: str = ""
 
 
+# Decision.detail key: the predicted wait is only known to exceed `predicted_wait_s` (the
+# planner's search stopped at the job's budget), so it must read "beyond", not "about".
+LOWER_BOUND = "predicted_wait_is_lower_bound"
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     decision_id: str
@@ -55,6 +60,10 @@ class Decision:
     team_headroom_usd: Decimal | None = None
     team: str = ""
     detail: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def wait_is_lower_bound(self) -> bool:
+        return self.detail.get(LOWER_BOUND) == "true"
 
 
 def decision_id(now_ts: float, reason: ReasonCode, *parts: str) -> str:

@@ -3,20 +3,25 @@
 `iac_router(...)` builds the router; `provisioner/api/app.py` includes it under `/v1` behind the
 viewer role (the dependency is passed by the app, so this module needs nothing of the app's auth).
 Reviews are cached by what they depend on (the policy files, the program, the pack, the base
-commit, the expected use), so repeated calls are cheap; a render takes about a second.
+commit, the expected use rounded to a percent), so repeated calls are cheap; a render takes
+about a second of CPU. Because that CPU is the controller's, renders are bounded: one at a time
+in the whole process (another caller gets a 429 with Retry-After instead of queueing), and each
+caller (token) at most `misses_per_minute` renders a minute. Answers carry no server paths: the
+repository root and the home directory are cut out of every string.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.params import Depends
 from fastapi.responses import PlainTextResponse, Response
 
@@ -53,6 +58,56 @@ class _Cache:
                 self._items.popitem(last=False)
 
 
+class RenderLimiter:
+    """One render at a time, and at most `per_minute` renders per caller per minute."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self.clock = clock
+        self.busy = threading.Lock()
+        self._lock = threading.Lock()
+        self._recent: dict[str, list[float]] = {}
+
+    def admit(self, caller: str) -> None:
+        """Count a render for `caller`, or raise a 429."""
+        now = self.clock()
+        with self._lock:
+            times = [t for t in self._recent.get(caller, []) if now - t < 60.0]
+            if len(times) >= self.per_minute:
+                retry = max(1, int(60.0 - (now - times[0])) + 1)
+                raise HTTPException(
+                    429,
+                    f"at most {self.per_minute} uncached IaC reviews a minute per caller; "
+                    f"retry in {retry} s",
+                    headers={"Retry-After": str(retry)},
+                )
+            times.append(now)
+            self._recent[caller] = times
+            if len(self._recent) > 10_000:  # forget idle callers
+                self._recent = {k: v for k, v in self._recent.items() if v and now - v[-1] < 60}
+
+
+def _caller(request: Request) -> str:
+    principal = getattr(request.state, "principal", None)
+    token = getattr(principal, "token_id", None)
+    if token:
+        return f"token:{token}"
+    return f"host:{request.client.host if request.client else '?'}"
+
+
+def scrub_paths(value: Any, roots: Sequence[str]) -> Any:
+    """`value` with every absolute server path prefix in `roots` cut out of its strings."""
+    if isinstance(value, str):
+        for root in roots:
+            value = value.replace(root + "/", "").replace(root, ".")
+        return value
+    if isinstance(value, dict):
+        return {k: scrub_paths(v, roots) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub_paths(v, roots) for v in value]
+    return value
+
+
 def _digest(paths: Sequence[Path]) -> str:
     h = hashlib.sha256()
     for p in paths:
@@ -71,12 +126,22 @@ def iac_router(
     policy_pack: Path | None = None,
     policy_config: Path | None = None,
     dependencies: Sequence[Depends] = (),
-    cache_size: int = 8,
+    cache_size: int = 128,
+    misses_per_minute: int = 6,
+    clock: Callable[[], float] = time.monotonic,
+    limiter: RenderLimiter | None = None,
 ) -> APIRouter:
     """The `/iac/review` route over `policies_dir` (default: the repository's policies/)."""
     policies = policies_dir or default_policies_dir()
     pack = policy_pack or default_policy_pack()
     cache = _Cache(cache_size)
+    limiter = limiter or RenderLimiter(misses_per_minute, clock)
+    roots = sorted(
+        {str(p) for p in (policies.resolve().parent, Path.home()) if str(p) not in ("", "/")}
+        | {str(policies.resolve())},
+        key=len,
+        reverse=True,
+    )
     r = APIRouter(tags=["iac"], dependencies=list(dependencies))
 
     def _inputs() -> list[Path]:
@@ -101,6 +166,7 @@ def iac_router(
         },
     )
     def iac_review(
+        request: Request,
         base: Annotated[
             str | None,
             Query(max_length=200, description="Git ref to compare with (default: HEAD)."),
@@ -121,25 +187,40 @@ def iac_router(
             sha = resolve_commit(root, base or "HEAD") if root is not None else None
             if base and sha is None:
                 raise InputError("base: the policies are not in a git work tree")
-            use = Decimal(str(expected_use))
+            # A percent is the finest use anyone prices with; rounding keeps a caller from
+            # missing the cache with 0.25, 0.2500001, 0.2500002, ...
+            use = Decimal(str(expected_use)).quantize(Decimal("0.01"))
             key = (sha, str(use), _digest(_inputs()))
             data = cache.get(key)
             if data is None:
-                data = review_working_tree(
-                    policies,
-                    base_ref=sha,
-                    catalog=catalog,
-                    expected_use=use,
-                    policy_pack=pack,
-                    policy_config=policy_config,
-                ).to_dict()
+                limiter.admit(_caller(request))
+                if not limiter.busy.acquire(blocking=False):
+                    raise HTTPException(
+                        429,
+                        "another IaC review is being rendered; retry in a few seconds",
+                        headers={"Retry-After": "5"},
+                    )
+                try:
+                    data = cache.get(key) or scrub_paths(
+                        review_working_tree(
+                            policies,
+                            base_ref=sha,
+                            catalog=catalog,
+                            expected_use=use,
+                            policy_pack=pack,
+                            policy_config=policy_config,
+                        ).to_dict(),
+                        roots,
+                    )
+                finally:
+                    limiter.busy.release()
                 if sha is not None:
                     data["base"] = f"{base or 'HEAD'} ({sha[:7]})"
                 cache.put(key, data)
         except InputError as exc:
-            raise HTTPException(400, str(exc)) from None
+            raise HTTPException(400, scrub_paths(str(exc), roots)) from None
         except ConfigError as exc:
-            raise HTTPException(422, str(exc)) from None
+            raise HTTPException(422, scrub_paths(str(exc), roots)) from None
         if format == "markdown":
             return PlainTextResponse(to_markdown(data), media_type="text/markdown")
         return data

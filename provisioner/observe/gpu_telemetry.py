@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import ROUND_HALF_EVEN, Decimal
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from provisioner.domain.money import MICRO
 from provisioner.domain.nodes import GpuSample
@@ -24,49 +24,81 @@ SCHEMA_VERSION = 1
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# Hard physical and size bounds of the schema: whatever an agent (or anyone holding a token)
+# sends is refused with a 422 naming the field when it lies outside them. The policy's
+# `telemetry` section narrows the ones that are site-specific (GPUs per node, power, age).
+MAX_GPUS = 1024
+MAX_NAME = 128
+MAX_LIST = 256
+MAX_MIB = 10**8  # 100 TB of GPU memory
+MAX_W = 100_000.0
+MAX_COUNT = 2**63 - 1
+MAX_TS = 10**10  # year 2286: a POSIX-seconds time, never milliseconds
+
+Name = Annotated[str, StringConstraints(max_length=MAX_NAME)]
+JobId = Annotated[str, StringConstraints(max_length=64)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Mib = Annotated[int, Field(ge=0, le=MAX_MIB)]
+Pct = Annotated[float, Field(ge=0, le=100)]
+Mhz = Annotated[int, Field(ge=0, le=100_000)]
 
 
 class GpuReading(_Model):
     """One physical GPU as NVML saw it."""
 
-    index: int = Field(ge=0, description="NVML device index (the `gpu` label).")
-    uuid: str = Field(default="", description="GPU-... (the `UUID` label).")
-    name: str = Field(default="", description="Product name (the `modelName` label).")
-    pci_bus_id: str = ""
-    minor_number: int | None = Field(default=None, description="/dev/nvidiaN: the `device` label.")
-    util_pct: float | None = Field(default=None, description="GPU utilisation (%).")
-    mem_util_pct: float | None = Field(default=None, description="Memory copy utilisation (%).")
-    mem_used_mib: int | None = None
-    mem_free_mib: int | None = None
-    mem_total_mib: int | None = None
-    power_w: float | None = None
-    energy_mj: int | None = Field(default=None, description="Energy counter since driver load.")
-    temperature_c: float | None = None
-    sm_clock_mhz: int | None = None
-    mem_clock_mhz: int | None = None
-    ecc_sbe_volatile: int | None = None
-    ecc_dbe_volatile: int | None = None
-    ecc_sbe_aggregate: int | None = None
-    ecc_dbe_aggregate: int | None = None
-    retired_pages_sbe: int | None = None
-    retired_pages_dbe: int | None = None
+    index: int = Field(ge=0, le=MAX_GPUS - 1, description="NVML device index (the `gpu` label).")
+    uuid: Name = Field(default="", description="GPU-... (the `UUID` label).")
+    name: Name = Field(default="", description="Product name (the `modelName` label).")
+    pci_bus_id: Name = ""
+    minor_number: int | None = Field(
+        default=None, ge=0, le=MAX_GPUS * 64, description="/dev/nvidiaN: the `device` label."
+    )
+    util_pct: Pct | None = Field(default=None, description="GPU utilisation (%).")
+    mem_util_pct: Pct | None = Field(default=None, description="Memory copy utilisation (%).")
+    mem_used_mib: Mib | None = None
+    mem_free_mib: Mib | None = None
+    mem_total_mib: Mib | None = None
+    power_w: float | None = Field(default=None, ge=0, le=MAX_W)
+    energy_mj: int | None = Field(
+        default=None, ge=0, lt=2**64, description="Energy counter since driver load."
+    )
+    temperature_c: float | None = Field(default=None, ge=0, le=200)
+    sm_clock_mhz: Mhz | None = None
+    mem_clock_mhz: Mhz | None = None
+    ecc_sbe_volatile: Count | None = None
+    ecc_dbe_volatile: Count | None = None
+    ecc_sbe_aggregate: Count | None = None
+    ecc_dbe_aggregate: Count | None = None
+    retired_pages_sbe: Count | None = None
+    retired_pages_dbe: Count | None = None
     retired_pages_pending: bool | None = None
-    remapped_rows_correctable: int | None = None
-    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_correctable: Count | None = None
+    remapped_rows_uncorrectable: Count | None = None
     remap_pending: bool | None = None
     remap_failure: bool | None = None
     xid_last: int | None = Field(
-        default=None, description="Last Xid seen since the agent started; 0 none; None unwatched."
+        default=None,
+        ge=0,
+        le=MAX_COUNT,
+        description="Last Xid seen since the agent started; 0 none; None unwatched.",
     )
-    xid_count: int | None = None
-    xids_seen: tuple[int, ...] = Field(default=(), description="Distinct Xids since agent start.")
+    xid_count: Count | None = None
+    xids_seen: tuple[Annotated[int, Field(ge=0, le=MAX_COUNT)], ...] = Field(
+        default=(), max_length=MAX_LIST, description="Distinct Xids since agent start."
+    )
     mig_enabled: bool | None = None
-    process_count: int | None = None
-    jobs: tuple[str, ...] = Field(default=(), description="Slurm job ids with a process here.")
+    process_count: Count | None = None
+    jobs: tuple[JobId, ...] = Field(
+        default=(), max_length=MAX_LIST, description="Slurm job ids with a process here."
+    )
     lost: bool = Field(default=False, description="NVML reported `GPU is lost`.")
-    unavailable: tuple[str, ...] = Field(
-        default=(), description="Metrics NVML could not read this time, 'metric: reason'."
+    unavailable: tuple[Annotated[str, StringConstraints(max_length=512)], ...] = Field(
+        default=(),
+        max_length=MAX_LIST,
+        description="Metrics NVML could not read this time, 'metric: reason'.",
     )
 
     @property
@@ -77,39 +109,46 @@ class GpuReading(_Model):
 class MigInstance(_Model):
     """A MIG device (GPU instance + compute instance) on a MIG-enabled GPU."""
 
-    gpu_index: int = Field(ge=0)
-    parent_uuid: str = ""
-    uuid: str = Field(default="", description="MIG-...")
-    gpu_instance_id: int = Field(ge=0, description="The `GPU_I_ID` label.")
-    compute_instance_id: int | None = None
-    profile: str = Field(default="", description='The `GPU_I_PROFILE` label, e.g. "1g.10gb".')
-    mem_used_mib: int | None = None
-    mem_free_mib: int | None = None
-    mem_total_mib: int | None = None
-    jobs: tuple[str, ...] = ()
+    gpu_index: int = Field(ge=0, le=MAX_GPUS - 1)
+    parent_uuid: Name = ""
+    uuid: Name = Field(default="", description="MIG-...")
+    gpu_instance_id: int = Field(ge=0, le=MAX_COUNT, description="The `GPU_I_ID` label.")
+    compute_instance_id: Count | None = None
+    profile: Name = Field(default="", description='The `GPU_I_PROFILE` label, e.g. "1g.10gb".')
+    mem_used_mib: Mib | None = None
+    mem_free_mib: Mib | None = None
+    mem_total_mib: Mib | None = None
+    jobs: tuple[JobId, ...] = Field(default=(), max_length=MAX_LIST)
 
 
 class JobGpu(_Model):
     """A Slurm job with processes on a GPU (or on one MIG instance of it)."""
 
-    job_id: str
-    gpu_index: int = Field(ge=0)
-    gpu_uuid: str = ""
-    gpu_instance_id: int | None = None
-    pids: tuple[int, ...] = ()
+    job_id: JobId
+    gpu_index: int = Field(ge=0, le=MAX_GPUS - 1)
+    gpu_uuid: Name = ""
+    gpu_instance_id: Count | None = None
+    pids: tuple[Annotated[int, Field(ge=0, le=2**32)], ...] = Field(default=(), max_length=MAX_LIST)
 
 
 class GpuTelemetry(_Model):
     """The push payload: one sample of every GPU on one node."""
 
     schema_version: Literal[1] = 1
-    node: str = Field(min_length=1, description="Slurm node name.")
-    hostname: str = Field(default="", description="The `Hostname` label.")
-    sampled_ts: float = Field(description="Unix seconds (UTC) when sampling started.")
-    driver_version: str | None = None
-    gpus: tuple[GpuReading, ...] = ()
-    mig_instances: tuple[MigInstance, ...] = ()
-    jobs: tuple[JobGpu, ...] = ()
+    node: str = Field(
+        min_length=1,
+        max_length=MAX_NAME,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$",
+        description="Slurm node name.",
+    )
+    hostname: str = Field(default="", max_length=255, description="The `Hostname` label.")
+    sampled_ts: float = Field(
+        ge=0, lt=MAX_TS, description="Unix seconds (UTC) when sampling started."
+    )
+    driver_version: str | None = Field(default=None, max_length=64)
+    gpus: tuple[GpuReading, ...] = Field(default=(), max_length=MAX_GPUS)
+    mig_instances: tuple[MigInstance, ...] = Field(default=(), max_length=MAX_GPUS * 7)
+    jobs: tuple[JobGpu, ...] = Field(default=(), max_length=MAX_GPUS * 8)
 
     def gpu(self, index: int) -> GpuReading | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -435,7 +474,7 @@ def gpu_energy_kwh(
             delta = e1 + _U64 - e0  # wrapped
         if 0 <= delta <= max_plausible_w * 1000.0 * elapsed_s:
             return EnergyEstimate(kwh=delta / MJ_PER_KWH, method="counter")
-    powers = [p for p in (prev.power_w, cur.power_w) if p is not None and p >= 0]
+    powers = [p for p in (prev.power_w, cur.power_w) if p is not None and 0 <= p <= max_plausible_w]
     if powers:
         watts = sum(powers) / len(powers)
         return EnergyEstimate(kwh=watts * elapsed_s / 3.6e6, method="power")

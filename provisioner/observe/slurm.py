@@ -89,9 +89,14 @@ class CliSlurmObserver:
         sinfo: str = "sinfo",
         scontrol: str = "scontrol",
         version: SlurmVersion | None = None,
+        ping_timeout_s: float | None = None,
     ) -> None:
         self._runner = runner
         self.version = version
+        # `scontrol ping` first, with a short timeout: with slurmctld down, squeue and sinfo
+        # each retry for several seconds before failing, so a pass took about 9 s and said only
+        # "squeue failed". The ping answers at once and names the cause. None: no ping.
+        self._ping_timeout_s = ping_timeout_s
         self._clock = clock
         self._timeout_s = timeout_s
         self._nodes_source = nodes_source
@@ -119,7 +124,22 @@ class CliSlurmObserver:
             log.info("slurm: release %s (data_parser %s)", self.version, self.version.data_parser)
         return self.version
 
+    def ping(self) -> None:
+        """Raise SnapshotError("slurmctld unreachable ...") unless `scontrol ping` says UP."""
+        assert self._ping_timeout_s is not None
+        try:
+            res = run_observed(
+                self._runner, [self._scontrol, "ping"], timeout_s=self._ping_timeout_s
+            )
+        except SnapshotError as exc:
+            raise SnapshotError(f"slurmctld unreachable: {exc}") from None
+        text = " ".join(res.stdout.split())
+        if not res.ok or "DOWN" in text or " UP" not in text:
+            raise SnapshotError(f"slurmctld unreachable: {text or res.describe()}")
+
     def observe(self) -> ClusterSnapshot:
+        if self._ping_timeout_s is not None:
+            self.ping()
         version = self.start()
         taken_ts = self._clock.now().timestamp()
         argv = [self._squeue, "--json"]

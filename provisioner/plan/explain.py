@@ -34,6 +34,7 @@ def decision_to_dict(d: Decision) -> dict[str, Any]:
             for a in d.alternatives
         ],
         "predicted_wait_s": _num(d.predicted_wait_s),
+        "predicted_wait_is_lower_bound": d.wait_is_lower_bound,
         "wait_budget_s": _num(d.wait_budget_s),
         "wait_saved_s": _num(d.wait_saved_s),
         "global_headroom_usd_hr": _dec(d.global_headroom_usd_hr),
@@ -134,7 +135,7 @@ def plan_table(p: Plan) -> None:
         table.add_row(
             d.reason.value,
             ",".join(d.job_ids[:3]) or d.detail.get("node", ""),
-            _fmt_s(d.predicted_wait_s),
+            (">" if d.wait_is_lower_bound else "") + _fmt_s(d.predicted_wait_s),
             _fmt_s(d.wait_budget_s),
             str(d.chosen or ""),
             alts,

@@ -25,6 +25,7 @@ from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import (
+    LOWER_BOUND,
     Action,
     Alternative,
     Decision,
@@ -151,6 +152,9 @@ class _Planner:
         self.actions: list[Action] = []
         self.predicted: dict[str, float] = {}
         self.planned_nodes = 0
+        # Jobs whose on-prem start is known only to lie beyond the search horizon (their
+        # budget): their predicted wait is a lower bound, and decisions say so.
+        self._beyond: set[str] = set()
         # Rankings depend only on the catalog, the policy and the job's shape: memoised on the
         # catalog so a simulator calling plan() per event does not rank offers again each time.
         self._rank_cache = catalog.memo
@@ -180,6 +184,8 @@ class _Planner:
     def _decide(self, reason: ReasonCode, job_ids: Sequence[str], **kw: object) -> Decision:
         detail = kw.get("detail") or {}
         assert isinstance(detail, dict)
+        if kw.get("predicted_wait_s") is not None and any(j in self._beyond for j in job_ids):
+            detail = kw["detail"] = {**detail, LOWER_BOUND: "true"}
         # Decisions without jobs (drain, terminate, keep) are told apart by what they are about.
         about = [f"{k}={v}" for k, v in sorted(detail.items())] if not job_ids else []
         d = Decision(
@@ -309,6 +315,7 @@ class _Planner:
                 start = placement.start_ts if placement is not None else INF
                 if placement is None and onprem_ok and latest < INF:
                     start = latest + 1.0
+                    self._beyond.add(job.job_id)
                 stay = start <= now if urgent else start - job.submit_ts <= budget
                 if not stay and not urgent and placement is not None and start - now <= boot:
                     waited_for_boot = True

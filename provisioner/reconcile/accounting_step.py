@@ -15,6 +15,8 @@ from provisioner.observe.slurm_usage import UsageRecord, UsageTracker
 from provisioner.reconcile.context import PassReport
 from provisioner.reconcile.store import JobUsage, Store
 
+PRUNE_EVERY_S = 3600.0
+
 
 class AccountingStep:
     """Holds the usage tracker and which usage rows were written, so a pass writes only the
@@ -26,6 +28,7 @@ class AccountingStep:
         self.accountant = accountant
         self.tracker = UsageTracker()
         self._usage_written: dict[tuple[str, str, float], float | None] = {}
+        self._pruned_ts: float | None = None
 
     def run(self, view: ClusterSnapshot, now: float, report: PassReport) -> None:
         if not view.stale:
@@ -38,6 +41,14 @@ class AccountingStep:
             energy = bill_energy(self.store, self.policy, now, onprem_nodes=onprem)
             report.ledger_rows += energy.rows
             report.ledger_usd += energy.cost
+        self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        """Telemetry retention, at most once per PRUNE_EVERY_S (a DELETE per pass is waste)."""
+        if self._pruned_ts is not None and now - self._pruned_ts < PRUNE_EVERY_S:
+            return
+        self.store.prune_telemetry(now - self.policy.telemetry.retention_s)
+        self._pruned_ts = now
 
     def _record_usage(self, view: ClusterSnapshot, now: float) -> None:
         closed = self.tracker.update(view.jobs, now, view.nodes)

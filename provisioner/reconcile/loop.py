@@ -122,6 +122,10 @@ class Reconciler:
         self.last_snapshot: ClusterSnapshot | None = None
         self.last_plan: Plan | None = None
         self.last_report: PassReport | None = None
+        # A pass that raised leaves no report: remember when and why, so /v1/status and the
+        # metrics show it instead of the last good pass's empty error list.
+        self.failed_passes = 0
+        self.last_failure: tuple[float, str] | None = None
         now = self.ctx.now()
         self.store.sync_pools(self.policy.pools, now)
         self.store.sync_budgets(self.policy.budgets, now)
@@ -153,7 +157,12 @@ class Reconciler:
 
     def run_pass(self) -> PassReport:
         with self.lock:
-            return self._run_pass()
+            try:
+                return self._run_pass()
+            except Exception as exc:
+                self.failed_passes += 1
+                self.last_failure = (self.ctx.now(), f"{type(exc).__name__}: {exc}"[:500])
+                raise
 
     def _run_pass(self) -> PassReport:
         t0 = time.monotonic()
@@ -259,6 +268,12 @@ class Reconciler:
                     "last_pass_errors": list(r.errors[:10]),
                 }
             )
+        out["failed_passes"] = self.failed_passes
+        f = self.last_failure
+        if f is not None:
+            out["last_pass_failure"] = {"at_ts": f[0], "error": f[1]}
+            if r is None or f[0] >= r.now_ts:
+                out["last_pass_errors"] = [f"pass failed: {f[1]}"]
         out["backoff"] = {
             str(k): {"until_ts": e.until_ts, "failures": e.failures, "code": e.last_code}
             for k, e in self.backoff.entries.items()
@@ -300,9 +315,10 @@ class ControllerLoop:
                 if self.before_pass is not None:
                     self.before_pass()
                 report = self.reconciler.run_pass()
-            except Exception:  # a bug or a store outage: log it, keep the controller up
+            except Exception as exc:  # a bug or a store outage: log it, keep the controller up
                 self.failures += 1
-                log.exception("reconcile pass failed")
+                log.error("reconcile pass failed: %s: %s", type(exc).__name__, exc)
+                log.debug("reconcile pass failure", exc_info=True)
             else:
                 if self.on_pass is not None:
                     self.on_pass(report)

@@ -336,6 +336,8 @@ class ApiTokenRow(Base):
     secret_hash: Mapped[str] = mapped_column(String(128))
     created_ts: Mapped[float] = mapped_column(Float)
     revoked_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
+    node: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    expires_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class TelemetryRow(Base):

@@ -199,8 +199,8 @@ class InstanceStore(StoreBase):
         limit: int | None = None,
         offset: int = 0,
     ) -> list[StoredInstance]:
-        """Instances, filtered. `needs_billing`: alive, or ended but not billed to the end yet
-        (the accountant's work list)."""
+        """Instances, filtered. `needs_billing`: alive, or ended but not billed to the end yet,
+        or billed for less than the 60 s minimum (the accountant's work list)."""
         q = select(InstanceRow).options(selectinload(InstanceRow.history))
         if states is not None:
             q = q.where(InstanceRow.state.in_([str(x) for x in states]))
@@ -212,6 +212,9 @@ class InstanceStore(StoreBase):
                 | InstanceRow.billed_until_ts.is_(None)
                 | InstanceRow.ended_ts.is_(None)
                 | (InstanceRow.billed_until_ts < InstanceRow.ended_ts)
+                # billed to its end while it still ran, but under the 60 s minimum: the
+                # final pass still owes the rest of the minimum
+                | ((InstanceRow.billed_seconds > 0) & (InstanceRow.billed_seconds < 60.0))
             )
         if pool:
             q = q.where(InstanceRow.pool == pool)

@@ -33,6 +33,11 @@ from provisioner.reconcile.store_records import (
     to_micros,
 )
 
+# One ledger row never holds more than $10M (or a unit price over that). Costs are summed as
+# 64-bit integer micro-dollars; with this bound it takes 900,000 maximal rows in one day and
+# group before a SUM could overflow, so a forged or broken input cannot make every report fail.
+MAX_ENTRY_MICROS = 10**13
+
 
 class LedgerStore(StoreBase):
     # ------------------------------------------------------------------ job usage
@@ -150,6 +155,12 @@ class LedgerStore(StoreBase):
             if day_of(e.start_ts) != day_of(max(e.start_ts, e.end_ts - 1e-6)):
                 raise StoreError("a ledger entry must not straddle a UTC midnight")
             micros = to_micros(e.cost)
+            if abs(micros) > MAX_ENTRY_MICROS or abs(to_micros(e.unit_price)) > MAX_ENTRY_MICROS:
+                raise StoreError(
+                    f"ledger entry {e.kind} {e.node_name or e.instance_id} costs {e.cost} "
+                    f"(unit price {e.unit_price}): over the ${MAX_ENTRY_MICROS // 10**6:,} a "
+                    "row may hold"
+                )
             day = e.day
             rows.append(
                 {

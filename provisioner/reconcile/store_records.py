@@ -192,6 +192,8 @@ class TokenRecord:
     secret_hash: str
     created_ts: float
     revoked_ts: float | None = None
+    node: str | None = None  # agent tokens: the node they are bound to
+    expires_ts: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

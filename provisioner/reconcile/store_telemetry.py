@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from provisioner.domain.nodes import GpuSample
 from provisioner.reconcile.models import EnergyMarkRow, TelemetryPayloadRow, TelemetryRow
@@ -48,6 +48,19 @@ class TelemetryStore(LedgerStore):
                 row.received_ts = received_ts
                 n += 1
         return n
+
+    def prune_telemetry(self, before_ts: float) -> int:
+        """Forget GPUs, payloads and energy marks last heard of before `before_ts` (telemetry
+        retention). A node that comes back starts again from a fresh energy baseline."""
+        with self.transaction() as s:
+            n = 0
+            for stmt in (
+                delete(TelemetryRow).where(TelemetryRow.received_ts < before_ts),
+                delete(TelemetryPayloadRow).where(TelemetryPayloadRow.received_ts < before_ts),
+                delete(EnergyMarkRow).where(EnergyMarkRow.updated_ts < before_ts),
+            ):
+                n += int(getattr(s.execute(stmt), "rowcount", 0) or 0)
+            return n
 
     def telemetry(self, node: str | None = None) -> list[NodeTelemetry]:
         q = select(TelemetryRow).order_by(TelemetryRow.node, TelemetryRow.gpu_index)

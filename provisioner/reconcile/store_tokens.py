@@ -23,6 +23,8 @@ class TokenStore(StoreBase):
                     secret_hash=rec.secret_hash,
                     created_ts=rec.created_ts,
                     revoked_ts=rec.revoked_ts,
+                    node=rec.node,
+                    expires_ts=rec.expires_ts,
                 )
             )
 
@@ -58,4 +60,6 @@ def _token(r: ApiTokenRow) -> TokenRecord:
         secret_hash=r.secret_hash,
         created_ts=r.created_ts,
         revoked_ts=r.revoked_ts,
+        node=r.node,
+        expires_ts=r.expires_ts,
     )

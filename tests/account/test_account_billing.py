@@ -283,3 +283,22 @@ def test_ledger_equals_price_times_billed_seconds(run_s, start_off, price_cents,
             assert paid <= gpu_price * used / 3600 + D("0.0001")
     finally:
         store.close()
+
+
+def test_minimum_is_billed_when_the_accountant_ran_exactly_at_the_end():
+    # Found by the property above (hypothesis): a 1 s instance billed up to its end while it
+    # still ran, then terminated at that same second, was billed 1 s instead of the 60 s
+    # minimum: the final pass never saw it again. $0.62/h x 60 s = $0.010333.
+    from provisioner.reconcile.store import Store
+
+    store = Store("sqlite://")
+    try:
+        launch(store, "i-m", at=T0, price="0.62", gpus=8, node="n")
+        acct = Accountant(store, POLICY)
+        acct.run(T0 + 1)
+        terminate(store, "i-m", T0 + 1)
+        acct.run(T0 + 2)
+        acct.run(T0 + 3)  # and only once
+        assert abs(store.ledger_total() - D("0.62") * 60 / 3600) < D("0.000002")
+    finally:
+        store.close()

@@ -167,7 +167,9 @@ def make_env(store: Store, *, planner: bool = True, **kw) -> Env:
         status_extra=lambda: {"last_pass": "ok"},
         **kw,
     )
-    tokens = {r.label: create_token(store, r, f"{r.label}-bot", T0) for r in Role}
+    tokens = {
+        r.label: create_token(store, r, f"{r.label}-bot", T0) for r in Role if r.name != "AGENT"
+    }
     revoked = create_token(store, Role.ADMIN, "old", T0)
     store.revoke_token(revoked.split("_")[1], T0 + 1)
     tokens["revoked"] = revoked

@@ -92,7 +92,8 @@ def test_no_secret_in_responses_or_logs(env, caplog):
             bodies.append(_call(env, method, path, body, headers).text)
     listing = env.client.get("/v1/tokens", headers=env.h("admin")).json()
     assert listing and all(
-        set(t) == {"token_id", "name", "role", "created_at", "revoked_at"} for t in listing
+        set(t) == {"token_id", "name", "role", "created_at", "revoked_at", "node", "expires_at"}
+        for t in listing
     )
     text = "\n".join(bodies) + caplog.text
     for secret in secret_parts:
@@ -106,8 +107,8 @@ def test_tokens_are_stored_hashed_and_verify(env):
     _, token_id, secret = token.split("_", 2)
     rec = env.store.token(token_id)
     assert rec is not None and secret not in (rec.secret_hash, rec.salt)
-    assert verify_token(env.store, token).role is Role.OPERATOR
-    assert verify_token(env.store, token[:-1] + ("A" if token[-1] != "A" else "B")) is None
+    assert verify_token(env.store, token, NOW).role is Role.OPERATOR
+    assert verify_token(env.store, token[:-1] + ("A" if token[-1] != "A" else "B"), NOW) is None
     with pytest.raises(ValueError):
         create_token(env.store, "root", "x", NOW)
 

@@ -127,7 +127,11 @@ class Env:
 def make_env(store: Store, policy: Policy) -> Env:
     clock = ManualClock(datetime.fromtimestamp(T0, UTC))
     app = create_app(ApiDeps(store=store, clock=clock, policy=lambda: policy))
-    tokens = {r.label: create_token(store, r, f"{r.label}-bot", T0 - 86_400) for r in Role}
+    tokens = {
+        r.label: create_token(store, r, f"{r.label}-bot", T0 - 86_400)
+        for r in Role
+        if r is not Role.AGENT
+    }
     return Env(store, clock, TestClient(app, raise_server_exceptions=False), tokens)
 
 

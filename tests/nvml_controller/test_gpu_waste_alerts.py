@@ -16,10 +16,11 @@ from nvml_ctl_helpers import (
     telemetry,
     usage,
 )
+from pydantic import ValidationError
 
 from provisioner.config.models import Health
 from provisioner.domain.money import cost_for_seconds
-from provisioner.observe.gpu_load import gpu_alerts, gpu_waste, record_payload
+from provisioner.observe.gpu_load import gpu_waste, record_payload
 
 pytestmark = pytest.mark.nvml
 
@@ -236,10 +237,9 @@ def test_stricter_policy_thresholds_raise_more_alerts(store):
     env.client.close()
 
 
-def test_non_finite_extra_readings_are_stored_as_not_read(store):
-    policy = make_policy()
-    odd = gpu(0, 0.0, mem_util_pct=float("inf"), sm_clock_mhz=None)
-    assert record_payload(store, telemetry("n", T0, [odd]), T0, policy)
-    (stored,) = store.telemetry_payloads("n")
-    assert stored.payload["gpus"][0]["mem_util_pct"] is None
-    assert gpu_alerts(store, policy, T0).alerts == ()
+def test_non_finite_extra_readings_are_refused_by_the_schema(store):
+    # Issue 16: a reading that is not a finite number never becomes a payload (the API answers
+    # 422 naming the field), so nothing non-finite can reach the store.
+    with pytest.raises(ValidationError, match="mem_util_pct"):
+        gpu(0, 0.0, mem_util_pct=float("inf"), sm_clock_mhz=None)
+    assert store.telemetry_payloads("n") == []

@@ -72,7 +72,7 @@ def test_token_create_prints_the_token_once_and_stores_a_hash(moto, tmp_path):
     token = proc.stdout.strip()
     assert token.startswith("pbt_") and token not in proc.stderr
     store = Store(env["PROVISIONER_STORE_URL"])
-    p = verify_token(store, token)
+    p = verify_token(store, token, time.time())
     assert p is not None and p.name == "ci" and p.role.label == "operator"
     assert all(token.split("_")[2] not in t.secret_hash for t in store.tokens())
     bad = subprocess.run(

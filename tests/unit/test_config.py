@@ -99,3 +99,13 @@ def test_wait_budget_rules() -> None:
     assert cost.budget_s(1, 3600, cloud_cost_usd=10.0) == 1800  # $10 saved = half an hour
     assert cost.budget_s(1, None, cloud_cost_usd=10.0) == 600  # unknown runtime: per GPU
     assert WaitPolicy(urgent=True).budget_s(8, 1e6, 1e6) == 0
+
+
+def test_a_job_without_account_is_billed_to_a_named_team() -> None:
+    # Issue 16 item 8: jobs with no account were billed to team "".
+    from provisioner.config.models import NO_ACCOUNT_TEAM, Budgets
+
+    b = Budgets(team_of_account={"acct-v": "vision"})
+    assert b.team_for("") == NO_ACCOUNT_TEAM == "no-account"
+    assert b.team_for("acct-v") == "vision" and b.team_for("lab") == "lab"
+    assert Budgets(team_of_account={"": "ops"}).team_for("") == "ops"

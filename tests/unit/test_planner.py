@@ -284,6 +284,22 @@ def test_decisions_about_different_instances_have_different_ids() -> None:
     assert len(ids) == 2 and len(set(ids)) == 2
 
 
+def test_a_capped_wait_is_marked_a_lower_bound_not_shown_as_within_budget() -> None:
+    # Issue 16 item 8: on-prem frees at +3600 s, but the search for job b stops at its budget
+    # (500 s), so its predicted wait is only known to exceed what is reported.
+    from provisioner.plan.explain import decision_to_dict
+
+    a, b = pending("a", 1, runtime=8000), pending("b", 1, runtime=1000)
+    p = plan(snap(a, b), policy(), catalog(), Backoff(), T0)
+    da = next(d for d in p.decisions if d.job_ids == ("a",))
+    (up,) = p.scale_ups
+    db = up.decision
+    assert db.predicted_wait_s is not None and db.predicted_wait_s < 3600
+    assert db.wait_is_lower_bound and decision_to_dict(db)["predicted_wait_is_lower_bound"]
+    assert da.predicted_wait_s == 3600 and not da.wait_is_lower_bound
+    assert decision_to_dict(da)["predicted_wait_is_lower_bound"] is False
+
+
 # --------------------------------------------------------------------------- Slurm power-ups
 
 

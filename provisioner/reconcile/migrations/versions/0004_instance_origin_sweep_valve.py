@@ -1,7 +1,7 @@
 """instance origin and the sweep's safety valve
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003_token_agent_node_expiry
 
 - instances.origin: "planned" (launched by a scale-up of this controller) or "orphan" (found
   in the cloud by its tags with no record, and rebuilt from them); orphan time is billed as its
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003_token_agent_node_expiry"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,347 @@
+"""`provisioner doctor`: a preflight, in the spirit of `sky check`, that `provisioner run` also
+runs before its first pass. Each check has a verdict (ok, warn, fail, skip), what it found, and
+how to fix it. A failing mandatory check stops the start: no instance is ever bought for a pool
+that Slurm cannot use (a pool with `partition: clod` launched a $7/h instance that then sat
+unused and billed until the unbound timeout).
+
+Checks: Slurm reachable (and its version); every pool's partition, its CLOUD nodes
+(`<pool>-<n>`) in that partition with the pool's cloud among their features; the power-saving
+hooks; cloud credentials and endpoints (one owned-instances listing per cloud); catalog offers
+for every pool; budgets and caps consistent; the store reachable and migrated; the API port free.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from provisioner.config.models import Policy, PoolPolicy
+from provisioner.domain.errors import ProvisionerError
+from provisioner.domain.offers import CapacityType
+from provisioner.observe.slurm_runner import CommandRunner, CommandTimeout
+from provisioner.plan.catalog import Catalog
+from provisioner.plan.ranking import candidates_for
+
+if TYPE_CHECKING:
+    from provisioner.bootstrap import Settings
+
+Verdict = Literal["ok", "warn", "fail", "skip"]
+_KV = re.compile(r"(\w+)=(\S*)")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    verdict: Verdict
+    detail: str
+    fix: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "fail"
+
+    def line(self) -> str:
+        tail = f" -> fix: {self.fix}" if self.fix and self.verdict in ("fail", "warn") else ""
+        return f"{self.verdict.upper():4}  {self.name}: {self.detail}{tail}"
+
+
+class DoctorFailed(ProvisionerError):
+    """A mandatory preflight check failed; the message lists every failure, one per line."""
+
+
+def _records(text: str) -> list[dict[str, str]]:
+    """`scontrol -o show ...` lines as key=value dicts."""
+    return [dict(_KV.findall(line)) for line in text.splitlines() if "=" in line]
+
+
+class SlurmFacts:
+    """What the checks need from `scontrol`, read once."""
+
+    def __init__(self, runner: CommandRunner, timeout_s: float = 10.0) -> None:
+        self.runner = runner
+        self.timeout_s = timeout_s
+
+    def run(self, *argv: str) -> tuple[bool, str]:
+        try:
+            res = self.runner.run(list(argv), timeout_s=self.timeout_s)
+        except CommandTimeout as exc:
+            return False, str(exc)
+        except OSError as exc:
+            return False, f"`{' '.join(argv)}` could not run: {exc}"
+        if not res.ok:
+            return False, res.describe()
+        return True, res.stdout
+
+
+def slurm_checks(facts: SlurmFacts, policy: Policy) -> list[Check]:
+    ok, out = facts.run("scontrol", "ping")
+    text = " ".join(out.split())
+    if not ok or "DOWN" in text or " UP" not in text:
+        return [
+            Check(
+                "slurm",
+                "fail",
+                f"slurmctld unreachable: {text or out}",
+                "start slurmctld, or point SLURM_CONF / PROVISIONER_SLURM_CONF at the cluster",
+            )
+        ]
+    _, version = facts.run("scontrol", "--version")
+    out_checks = [Check("slurm", "ok", f"{version.strip() or 'slurm'}; {text}")]
+    ok_p, parts_text = facts.run("scontrol", "-o", "show", "partition")
+    ok_n, nodes_text = facts.run("scontrol", "-o", "show", "node")
+    if not (ok_p and ok_n):
+        why = parts_text if not ok_p else nodes_text
+        return [*out_checks, Check("slurm partitions and nodes", "fail", why)]
+    partitions = {r.get("PartitionName", "") for r in _records(parts_text)}
+    nodes = {r.get("NodeName", ""): r for r in _records(nodes_text)}
+    for pool in policy.pools:
+        out_checks.append(pool_check(pool, partitions, nodes))
+    out_checks.append(hooks_check(facts))
+    return out_checks
+
+
+def pool_check(
+    pool: PoolPolicy, partitions: Iterable[str], nodes: Mapping[str, Mapping[str, str]]
+) -> Check:
+    name = f"pool {pool.name}"
+    parts = set(partitions)
+    if pool.partition not in parts:
+        return Check(
+            name,
+            "fail",
+            f"partition {pool.partition!r} does not exist in Slurm "
+            f"(it has: {', '.join(sorted(parts)) or 'none'})",
+            f"fix `partition:` of pool {pool.name} in pools.yaml, or add the partition to "
+            "slurm.conf",
+        )
+    own = {n: r for n, r in nodes.items() if re.fullmatch(re.escape(pool.name) + r"-\d+", n)}
+    if not own:
+        return Check(
+            name,
+            "fail",
+            f"no Slurm node is named {pool.name}-<n>",
+            f"declare CLOUD nodes {pool.name}-[1-{max(pool.max_nodes, 1)}] in slurm.conf "
+            "(State=CLOUD, in the pool's partition)",
+        )
+    problems: list[str] = []
+    for n, r in sorted(own.items()):
+        if "CLOUD" not in r.get("State", ""):
+            problems.append(f"{n} is not a CLOUD node (State={r.get('State', '?')})")
+        if pool.partition not in r.get("Partitions", "").split(","):
+            problems.append(f"{n} is not in partition {pool.partition!r}")
+        feats = set(r.get("AvailableFeatures", r.get("Features", "")).split(","))
+        if pool.cloud not in feats:
+            problems.append(f"{n} lacks feature {pool.cloud!r}")
+    if problems:
+        return Check(
+            name,
+            "fail",
+            "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""),
+            "declare the pool's nodes State=CLOUD with Feature=<cloud>,... in its partition",
+        )
+    short = f" ({len(own)} < max_nodes {pool.max_nodes})" if len(own) < pool.max_nodes else ""
+    return Check(
+        name,
+        "warn" if short else "ok",
+        f"partition {pool.partition}, {len(own)} CLOUD node(s){short}",
+        f"declare {pool.max_nodes} nodes or lower max_nodes" if short else "",
+    )
+
+
+def hooks_check(facts: SlurmFacts) -> Check:
+    ok, text = facts.run("scontrol", "show", "config")
+    if not ok:
+        return Check("slurm power-saving hooks", "warn", text)
+    conf = dict(re.findall(r"^(\w+)\s*=\s*(.*?)\s*$", text, flags=re.M))
+    missing = [k for k in ("ResumeProgram", "SuspendProgram") if conf.get(k, "(null)") == "(null)"]
+    if missing:
+        return Check(
+            "slurm power-saving hooks",
+            "warn",
+            f"{' and '.join(missing)} not set: Slurm cannot ask for nodes itself",
+            "set ResumeProgram/SuspendProgram to `provisioner slurm resume|suspend` wrappers",
+        )
+    return Check(
+        "slurm power-saving hooks",
+        "ok",
+        f"ResumeProgram={conf['ResumeProgram']}, SuspendProgram={conf['SuspendProgram']}",
+    )
+
+
+def catalog_checks(policy: Policy, catalog: Catalog) -> list[Check]:
+    out: list[Check] = []
+    caps = list(CapacityType)
+    for pool in policy.pools:
+        model = pool.gpu_model or policy.onprem.gpu_model
+        cands = candidates_for(
+            1, model, [pool], catalog, caps, policy.spot, policy.onprem.equivalent_gpu_models
+        )
+        name = f"catalog for pool {pool.name}"
+        if not cands:
+            out.append(
+                Check(
+                    name,
+                    "fail",
+                    f"no offer of {model} in {pool.cloud} {', '.join(pool.regions)}"
+                    + (f" among {', '.join(pool.instance_types)}" if pool.instance_types else ""),
+                    "fix the pool's gpu_model, regions or instance_types, or the catalog",
+                )
+            )
+            continue
+        cheapest = min(c.usd_hr_per_node for c in cands)
+        cap = policy.budgets.global_usd_per_hour
+        if cap is not None and cheapest > cap:
+            out.append(
+                Check(
+                    name,
+                    "fail",
+                    f"cheapest node ${cheapest}/h is above the global cap ${cap}/h: "
+                    "the pool can never burst",
+                    "raise budgets.global_usd_per_hour or choose cheaper offers",
+                )
+            )
+            continue
+        out.append(Check(name, "ok", f"{len(cands)} offer(s), from ${cheapest}/h a node"))
+    return out
+
+
+def budget_checks(policy: Policy) -> list[Check]:
+    b = policy.budgets
+    problems: list[str] = []
+    for pool in policy.pools:
+        if pool.team and b.teams and pool.team not in b.teams:
+            problems.append(f"pool {pool.name} charges team {pool.team!r}, which has no budget")
+    unknown = sorted({t for t in b.team_of_account.values() if b.teams and t not in b.teams})
+    if unknown:
+        problems.append(f"accounts map to teams without a budget: {', '.join(unknown)}")
+    if problems:
+        return [
+            Check(
+                "budgets",
+                "warn",
+                "; ".join(problems),
+                "add the teams to budgets.yaml (or leave them uncapped on purpose)",
+            )
+        ]
+    cap = f"global ${b.global_usd_per_hour}/h" if b.global_usd_per_hour is not None else "no cap"
+    return [Check("budgets", "ok", f"{cap}, {len(b.teams)} team budget(s)")]
+
+
+def store_check(url: str) -> Check:
+    from sqlalchemy.engine import make_url
+
+    from provisioner.reconcile import migrations
+    from provisioner.reconcile.store import make_engine
+
+    shown = make_url(url).render_as_string(hide_password=True)
+    try:
+        engine = make_engine(url)
+        try:
+            with engine.connect() as conn:
+                current = migrations.current_revision(conn)
+        finally:
+            engine.dispose()
+    except Exception as exc:  # any driver error: the verdict carries it
+        return Check(
+            "store",
+            "fail",
+            f"{shown}: {type(exc).__name__}: {exc}"[:300],
+            "check PROVISIONER_STORE_URL and that the database is up",
+        )
+    head = migrations.head_revision()
+    if current is None:
+        return Check("store", "ok", f"{shown}: new, will be migrated to {head}")
+    if current != head:
+        return Check("store", "ok", f"{shown}: at {current}, will be migrated to {head}")
+    return Check("store", "ok", f"{shown}: migrated ({head})")
+
+
+def port_check(host: str, port: int) -> Check:
+    if port == 0:
+        return Check("api port", "ok", f"{host}: any free port")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return Check(
+                "api port",
+                "fail",
+                f"{host}:{port} is not free ({exc.strerror or exc})",
+                "stop what listens there, or set PROVISIONER_API_PORT",
+            )
+    return Check("api port", "ok", f"{host}:{port} is free")
+
+
+def cloud_checks(
+    controller: str, clouds: Mapping[str, object], list_owned: Callable[[object], int]
+) -> list[Check]:
+    out: list[Check] = []
+    for name, ports in sorted(clouds.items()):
+        try:
+            n = list_owned(ports)
+        except Exception as exc:  # credentials, endpoint, permissions: the verdict says which
+            out.append(
+                Check(
+                    f"cloud {name}",
+                    "fail",
+                    f"listing instances tagged {controller} failed: {type(exc).__name__}: {exc}"[
+                        :300
+                    ],
+                    "check the credentials and the endpoint (AWS_ENDPOINT_URL / GCE endpoint)",
+                )
+            )
+            continue
+        out.append(Check(f"cloud {name}", "ok", f"reachable; {n} instance(s) of {controller}"))
+    return out
+
+
+def run_doctor(
+    settings: Settings,
+    policy: Policy,
+    catalog: Catalog,
+    *,
+    runner: CommandRunner | None = None,
+    clouds: Mapping[str, object] | None = None,
+    check_port: bool = True,
+) -> list[Check]:
+    """Every check, in order. Builds its own Slurm runner and cloud ports unless given."""
+    from provisioner.bootstrap import build_clouds
+    from provisioner.observe.slurm_runner import SubprocessRunner
+
+    checks: list[Check] = []
+    if settings.slurm_mode == "none":
+        checks.append(Check("slurm", "skip", "slurm_mode is none"))
+    else:
+        r = runner or SubprocessRunner(slurm_conf=settings.slurm_conf)
+        checks += slurm_checks(SlurmFacts(r, min(10.0, settings.slurm_timeout_s)), policy)
+    try:
+        ports = clouds if clouds is not None else build_clouds(settings, policy)
+    except Exception as exc:  # a cloud SDK that cannot even be set up
+        checks.append(Check("clouds", "fail", f"{type(exc).__name__}: {exc}"[:300]))
+        ports = {}
+
+    def owned(p: object) -> int:
+        return len(p.capacity.list_owned(policy.controller))  # type: ignore[attr-defined]
+
+    checks += cloud_checks(policy.controller, ports, owned)
+    checks += catalog_checks(policy, catalog)
+    checks += budget_checks(policy)
+    checks.append(store_check(settings.store_url))
+    if check_port:
+        checks.append(port_check(settings.api_host, settings.api_port))
+    return checks
+
+
+def raise_on_failure(checks: Sequence[Check]) -> None:
+    failed = [c for c in checks if c.failed]
+    if failed:
+        lines = "\n".join("  " + c.line() for c in failed)
+        raise DoctorFailed(
+            f"preflight failed ({len(failed)} check(s)); nothing was started or bought:\n{lines}"
+        )
+
+
+__all__ = ["Check", "DoctorFailed", "SlurmFacts", "pool_check", "raise_on_failure", "run_doctor"]
