@@ -202,6 +202,7 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
                 f"server at {moto.endpoint} (in this process). Planner, loop, actuator, store, "
                 "accountant and API are the real ones."
             )
+            echo(f"  console   {url}/   (open it in a browser; sign in with a token below)")
             echo(f"  API       {url}   (OpenAPI: {url}/docs)")
             echo(f"  viewer    {viewer}")
             echo(f"  operator  {operator}   (POST /v1/operator/pause, /v1/plan)")
@@ -227,6 +228,7 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
             "passes": passes,
             "wall_s": round(time.monotonic() - wall0, 1),
             "simulated_s": round(now - t0),
+            "now": datetime.fromtimestamp(now, UTC).isoformat().replace("+00:00", "Z"),
             "bursts": decisions.get("burst_wait_exceeds_budget", 0)
             + decisions.get("burst_urgent", 0),
             "decisions": sum(decisions.values()),

@@ -1,0 +1,190 @@
+"""The web console over HTTP (no browser): sign-in, cookie flags, roles, CSRF, every page, and
+the figures a page shows against the JSON API's for the same query."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+import pytest
+from api_helpers import Env
+
+PAGES = ("/", "/costs", "/budgets", "/decisions", "/instances", "/gpus", "/iac", "/whatif")
+
+
+def sign_in(env: Env, role: str) -> str:
+    env.client.cookies.clear()
+    r = env.client.post(
+        "/login", data={"token": env.tokens[role], "next": "/"}, follow_redirects=False
+    )
+    assert r.status_code == 303, r.text
+    return r.headers["set-cookie"]
+
+
+def csrf_of(env: Env) -> str:
+    page = env.client.get("/").text
+    m = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert m
+    return m.group(1)
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_pages_need_a_session(env: Env, path):
+    env.client.cookies.clear()
+    r = env.client.get(path, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"].startswith("/login?next=")
+    # A bearer token in a header does not open pages: the console is cookie-only.
+    r = env.client.get(
+        path, headers={"Authorization": f"Bearer {env.tokens['admin']}"}, follow_redirects=False
+    )
+    assert r.status_code == 303
+
+
+def test_sign_in_sets_an_httponly_strict_cookie_and_never_echoes_the_token(env: Env):
+    cookie = sign_in(env, "viewer")
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+    assert env.tokens["viewer"] not in cookie
+    page = env.client.get("/")
+    assert page.status_code == 200 and env.tokens["viewer"] not in page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+
+
+@pytest.mark.parametrize("role", ["revoked", "nonsense"])
+def test_bad_tokens_are_refused(env: Env, role):
+    env.client.cookies.clear()
+    token = env.tokens.get(role, "pbt_0123456789ab_" + "x" * 30)
+    r = env.client.post("/login", data={"token": token}, follow_redirects=False)
+    assert r.status_code == 401 and "not valid" in r.text
+    assert "set-cookie" not in r.headers
+
+
+def test_sign_in_never_redirects_off_site(env: Env):
+    env.client.cookies.clear()
+    r = env.client.post(
+        "/login",
+        data={"token": env.tokens["viewer"], "next": "//evil.example/x"},
+        follow_redirects=False,
+    )
+    assert r.headers["location"] == "/"
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_renders_for_a_viewer(env: Env, path):
+    sign_in(env, "viewer")
+    r = env.client.get(path)
+    assert r.status_code == 200, r.text[:2000]
+    assert "<h1>" in r.text
+    assert 'id="operator-actions"' not in r.text
+
+
+def test_viewer_cannot_pause_even_with_its_csrf_token(fresh: Env):
+    sign_in(fresh, "viewer")
+    r = fresh.client.post("/actions/pause", data={"csrf": csrf_of(fresh)}, follow_redirects=False)
+    assert r.status_code == 403
+    assert fresh.store.operator_state().paused is False
+
+
+def test_operator_pause_needs_the_csrf_token(fresh: Env):
+    sign_in(fresh, "operator")
+    assert 'id="operator-actions"' in fresh.client.get("/").text
+    r = fresh.client.post("/actions/pause", data={"reason": "x"}, follow_redirects=False)
+    assert r.status_code == 403
+    r = fresh.client.post(
+        "/actions/pause", data={"csrf": "wrong", "reason": "x"}, follow_redirects=False
+    )
+    assert r.status_code == 403
+    assert fresh.store.operator_state().paused is False
+    r = fresh.client.post(
+        "/actions/pause",
+        data={"csrf": csrf_of(fresh), "reason": "maintenance"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+    state = fresh.store.operator_state()
+    assert state.paused and state.reason == "maintenance" and "operator-bot" in state.updated_by
+    assert "Paused" in fresh.client.get("/").text
+    r = fresh.client.post("/actions/resume", data={"csrf": csrf_of(fresh)}, follow_redirects=False)
+    assert r.status_code == 303 and fresh.store.operator_state().paused is False
+
+
+def test_operator_drains_and_undrains_a_pool(fresh: Env):
+    sign_in(fresh, "operator")
+    pool = fresh.store.pools()[0].name
+    csrf = csrf_of(fresh)
+    r = fresh.client.post(f"/actions/pools/{pool}/drain", data={"csrf": csrf})
+    assert r.status_code == 200  # followed the redirect to the overview
+    assert fresh.store.pool(pool).drained is True
+    fresh.client.post(f"/actions/pools/{pool}/undrain", data={"csrf": csrf})
+    assert fresh.store.pool(pool).drained is False
+    r = fresh.client.post("/actions/pools/nope/drain", data={"csrf": csrf})
+    assert r.status_code == 404
+
+
+def test_revoking_the_token_ends_its_sessions(fresh: Env):
+    sign_in(fresh, "viewer")
+    assert fresh.client.get("/", follow_redirects=False).status_code == 200
+    token_id = fresh.tokens["viewer"].split("_")[1]
+    fresh.store.revoke_token(token_id, 1.0)
+    assert fresh.client.get("/", follow_redirects=False).status_code == 303
+
+
+def test_sign_out_needs_csrf_and_ends_the_session(fresh: Env):
+    sign_in(fresh, "viewer")
+    assert fresh.client.post("/logout", data={}).status_code == 403
+    r = fresh.client.post("/logout", data={"csrf": csrf_of(fresh)}, follow_redirects=False)
+    assert r.status_code == 303
+    assert fresh.client.get("/", follow_redirects=False).status_code == 303
+
+
+def test_cost_page_shows_the_apis_figures(env: Env):
+    sign_in(env, "viewer")
+    h = {"Authorization": f"Bearer {env.tokens['viewer']}"}
+    for key in ("team", "kind", "pool", "day"):
+        page = env.client.get("/costs", params={"group_by": key}).text
+        f = re.search(r'data-from="([^"]+)"', page).group(1)
+        t = re.search(r'data-to="([^"]+)"', page).group(1)
+        api = env.client.get(
+            "/v1/costs", params={"group_by": key, "from": f, "to": t}, headers=h
+        ).json()
+        shown = re.findall(r'<td class="key">([^<]*)</td><td class="num" data-usd="([^"]+)"', page)
+        assert shown == [(str(r[key]), r["cost_usd"]) for r in api["rows"]]
+        assert f'data-usd="{api["total_usd"]}"' in page
+        assert sum(Decimal(v) for _, v in shown) == Decimal(api["total_usd"])
+
+
+def test_cost_page_reports_bad_parameters(env: Env):
+    sign_in(env, "viewer")
+    r = env.client.get("/costs", params={"group_by": "colour"})
+    assert r.status_code == 400 and "group_by" in r.text
+    r = env.client.get("/costs", params={"from": "yesterday"})
+    assert r.status_code == 400 and "from" in r.text
+
+
+def test_csv_download_equals_the_api_csv(env: Env):
+    sign_in(env, "viewer")
+    h = {"Authorization": f"Bearer {env.tokens['viewer']}"}
+    q = {"group_by": "team,kind", "from": "2020-01-01", "to": "2100-01-01"}
+    got = env.client.get("/costs.csv", params=q)
+    want = env.client.get("/v1/costs", params={**q, "format": "csv"}, headers=h)
+    assert got.status_code == 200 and got.text == want.text
+    focus = env.client.get("/focus.csv")
+    assert focus.status_code == 200 and focus.text.startswith("BilledCost,")
+
+
+def test_iac_review_page_shows_the_stored_review(env: Env):
+    sign_in(env, "viewer")
+    page = env.client.get("/iac").text
+    assert "aws:autoscaling:Group burst-aws-a100" in page and 'data-decision="d-1"' in page
+
+
+def test_static_assets_are_served_with_their_licences(env: Env):
+    for path in (
+        "/static/vendor/chart-4.6.1.umd.min.js",
+        "/static/vendor/htmx-2.0.11.min.js",
+        "/static/vendor/chart-4.6.1.LICENSE.md",
+        "/static/vendor/htmx-2.0.11.LICENSE",
+        "/static/console.js",
+        "/static/console.css",
+    ):
+        r = env.client.get(path)
+        assert r.status_code == 200 and len(r.content) > 500, path

@@ -1,0 +1,234 @@
+"""Every console page on the demo's data, compared with the API for the same query.
+
+The store is the demo's, once stopped, served with a clock frozen at the demo's last simulated
+instant (`finished` in conftest): every date on the pages and in the queries below comes from that
+clock or from the API's answers, none from the wall clock.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from decimal import Decimal
+
+import pytest
+
+from tests.browser.conftest import REPO, Console, Served, api
+
+pytestmark = pytest.mark.browser
+
+PAGES = ("/", "/costs", "/budgets", "/decisions", "/instances", "/gpus", "/iac", "/whatif")
+
+
+@pytest.fixture
+def viewer(browser, finished: Served):
+    c = Console(browser, finished.url)
+    c.sign_in(finished.viewer)
+    yield c
+    assert c.errors == [], c.errors  # no error in the browser's console on any page visited
+    c.close()
+
+
+def _cells(page, selector: str) -> list[list[str]]:
+    return page.eval_on_selector_all(
+        selector + " tbody tr",
+        "rows => rows.map(r => Array.from(r.cells)"
+        ".map(td => td.dataset.usd ?? td.textContent.trim()))",
+    )
+
+
+def test_every_page_renders_the_demos_data_with_no_browser_error(browser, finished: Served):
+    for role, token in (("viewer", finished.viewer), ("operator", finished.operator)):
+        c = Console(browser, finished.url)
+        try:
+            c.sign_in(token)
+            for path in PAGES:
+                page = c.goto(path)
+                assert page.locator("h1").count() == 1
+                assert page.locator("nav a.active").count() == 1
+                name = path.strip("/") or "overview"
+                c.shot(f"{name}-{role}")
+            # The operator's forms show for the operator only.
+            page = c.goto("/")
+            assert page.locator("#operator-actions").count() == (1 if role == "operator" else 0)
+            assert c.errors == [], c.errors
+        finally:
+            c.close()
+
+
+@pytest.mark.parametrize("key", ["team", "account", "pool", "cloud", "kind", "day"])
+def test_cost_page_equals_the_api_for_the_same_query(viewer: Console, finished: Served, key):
+    page = viewer.goto(f"/costs?group_by={key}")
+    win = page.locator("#cost-window")
+    f, t = win.get_attribute("data-from"), win.get_attribute("data-to")
+    # The default window ends at the controller's clock (the demo's last instant), not wall time.
+    assert t == api(finished.url, finished.viewer, "/v1/status")["now"]
+    want = api(finished.url, finished.viewer, "/v1/costs", group_by=key, **{"from": f, "to": t})
+    assert want["rows"], "the demo recorded no cost"
+    shown = {row[0]: row[1] for row in _cells(page, "#cost-table")}
+    assert shown == {str(r[key]): r["cost_usd"] for r in want["rows"]}
+    assert page.get_attribute("#cost-total", "data-usd") == want["total_usd"]
+    # The table's rows add up to the total shown (hand sum, outside the product).
+    assert sum(Decimal(v) for v in shown.values()) == Decimal(want["total_usd"])
+    # The chart got one stack per key value and drew without error.
+    chart = json.loads(page.inner_text("#cost-data"))
+    if key != "day":
+        assert {s["label"] for s in chart["datasets"]} == set(shown)
+    assert page.locator("#cost-chart").bounding_box()["height"] > 100
+
+
+def test_cloud_and_onprem_sit_side_by_side_and_downloads_match(viewer: Console, finished: Served):
+    page = viewer.goto("/costs?group_by=kind")
+    f = page.get_attribute("#cost-window", "data-from")
+    t = page.get_attribute("#cost-window", "data-to")
+    by_kind = api(
+        finished.url, finished.viewer, "/v1/costs", group_by="kind", **{"from": f, "to": t}
+    )
+    kinds = {r["kind"]: Decimal(r["cost_usd"]) for r in by_kind["rows"]}
+    assert kinds.get("job", 0) > 0 and kinds.get("onprem", 0) > 0
+    cloud = kinds.get("job", Decimal(0)) + kinds.get("idle", Decimal(0))
+    onprem = kinds.get("onprem", Decimal(0)) + kinds.get("energy", Decimal(0))
+    assert page.inner_text("#cost-cloud") == f"${cloud:,.2f}"
+    assert page.inner_text("#cost-onprem") == f"${onprem:,.2f}"
+
+    with page.expect_download() as dl:
+        page.click("#download-csv")
+    got = dl.value.path().read_text()
+    import httpx
+
+    want = httpx.get(
+        f"{finished.url}/v1/costs",
+        params={"group_by": "kind", "from": f, "to": t, "format": "csv"},
+        headers={"Authorization": f"Bearer {finished.viewer}"},
+        timeout=60,
+    ).text
+    assert got == want
+
+    with page.expect_download() as dl:
+        page.click("#download-focus")
+    rows = list(csv.DictReader(io.StringIO(dl.value.path().read_text())))
+    assert rows and all(r["BillingCurrency"] == "USD" for r in rows)
+    assert {r["x_CostKind"] for r in rows} >= {"job", "onprem"}
+
+
+def test_budget_page_equals_the_api(viewer: Console, finished: Served):
+    page = viewer.goto("/budgets")
+    want = api(finished.url, finished.viewer, "/v1/budgets")
+    assert want["teams"], "the demo has no team budget"
+    for t in want["teams"]:
+        row = page.locator(f"#budget-table tr[data-team='{t['team']}']")
+        for field in ("spent_usd", "forecast_usd", "headroom_usd", "burn_usd_hr", "monthly_usd"):
+            shown = row.locator(f"td[data-field={field}]").get_attribute("data-usd")
+            assert shown == (t[field] or ""), (t["team"], field)
+    # The trajectory ends at each team's spend this month (cumulative cloud cost).
+    chart = json.loads(page.inner_text("#budget-data"))
+    spent = {t["team"]: Decimal(t["spent_usd"]) for t in want["teams"]}
+    for s in chart["datasets"]:
+        assert abs(Decimal(repr(s["data"][-1])) - spent[s["label"]]) < Decimal("0.01")
+
+
+def test_decisions_page_lists_and_filters_like_the_api(viewer: Console, finished: Served):
+    page = viewer.goto("/decisions")
+    want = api(finished.url, finished.viewer, "/v1/decisions", limit=200)
+    shown = page.eval_on_selector_all(
+        "#decision-table tr[data-decision]", "rows => rows.map(r => r.dataset.decision)"
+    )
+    assert shown == [d["decision_id"] for d in want]
+    burst = next(d for d in want if d["reason"].startswith("burst"))
+    # Filter by reason (the form, as a person would).
+    page.select_option("#filter-reason", burst["reason"])
+    with page.expect_navigation():
+        page.click("#decision-filters button")
+    only = api(finished.url, finished.viewer, "/v1/decisions", reason=burst["reason"], limit=200)
+    shown = page.eval_on_selector_all(
+        "#decision-table tr[data-decision]", "rows => rows.map(r => r.dataset.decision)"
+    )
+    assert shown == [d["decision_id"] for d in only]
+    row = page.locator(f"tr[data-decision='{burst['decision_id']}']")
+    assert "waiting budget" in row.inner_text() or "urgent" in row.inner_text()
+    # The alternatives are listed with their $/h.
+    assert "/h" in page.locator("tr.alts").first.inner_text()
+    # Filter by job.
+    job = burst["job_ids"][0]
+    page = viewer.goto(f"/decisions?job={job}")
+    shown = page.eval_on_selector_all(
+        "#decision-table tr[data-decision]", "rows => rows.map(r => r.dataset.decision)"
+    )
+    everything = api(finished.url, finished.viewer, "/v1/decisions", limit=1000)
+    assert shown == [d["decision_id"] for d in everything if job in d["job_ids"]][: len(shown)]
+    assert burst["decision_id"] in shown
+
+
+def test_instances_page_shows_each_lifecycle_and_its_cost(viewer: Console, finished: Served):
+    page = viewer.goto("/instances")
+    want = api(finished.url, finished.viewer, "/v1/instances", limit=200)
+    assert want
+    for inst in want:
+        row = page.locator(f"tr[data-instance='{inst['instance_id']}']")
+        assert row.count() == 1
+        # One timeline segment per state the instance went through.
+        assert row.locator(".seg").count() == len(inst["history"])
+        # Cost: hourly price x billed seconds (computed here by hand from the API's figures).
+        cost = Decimal(inst["price_usd_hr"]) * Decimal(repr(inst["billed_seconds"])) / 3600
+        shown = row.locator("td[data-field=cost_usd]").get_attribute("data-usd")
+        assert shown == f"{cost:.2f}"
+    ended = [i for i in want if i["state"] == "terminated"]
+    assert ended and ended[0]["history"][0]["to"] == "requested"
+
+
+def test_gpu_page_equals_the_api(viewer: Console, finished: Served):
+    page = viewer.goto("/gpus")
+    waste = api(finished.url, finished.viewer, "/v1/gpus/waste")
+    alerts = api(finished.url, finished.viewer, "/v1/gpus/alerts")
+    assert page.inner_text("#waste-gpus") == str(waste["gpus"])
+    assert page.inner_text("#alert-count") == str(len(alerts["alerts"]))
+    telemetry = api(finished.url, finished.viewer, "/v1/telemetry")
+    rows = page.locator("#gpu-table tbody tr")
+    assert rows.count() == sum(len(t["gpus"]) for t in telemetry)
+
+
+def test_what_if_loads_the_simulator_json(viewer: Console, tmp_path):
+    out = tmp_path / "sim.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provisioner.cli",
+            "simulate",
+            "--onprem-gpus",
+            "64",
+            "--policy",
+            "default",
+            "--policy",
+            "never",
+            "--policy",
+            "immediate",
+            "--json",
+            str(out),
+            "--no-progress",
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    results = json.loads(out.read_text())
+    page = viewer.goto("/whatif")
+    page.set_input_files("#whatif-file", str(out))
+    page.wait_for_selector("body[data-whatif='loaded']")
+    policies = page.eval_on_selector_all(
+        "#whatif-table tbody tr", "rows => rows.map(r => r.dataset.policy)"
+    )
+    assert policies == [r["policy"] for r in results]
+    cost = page.locator("#whatif-table tbody tr").first.locator("td").nth(2).inner_text()
+    assert cost == f"${results[0]['cloud_cost_usd']:,.2f}"
+    viewer.shot("whatif-loaded")
+    # A wrong file is refused with its name in the message.
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"not": "a simulation"}')
+    page.set_input_files("#whatif-file", str(bad))
+    page.wait_for_selector("#whatif-error:not([hidden])")
+    assert "bad.json" in page.inner_text("#whatif-error")
