@@ -160,8 +160,8 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
             return page(
                 request,
                 "login",
+                # 200, not 401: the form is shown again, and the browser logs no failed load.
                 {"next": nxt, "error": "That token is not valid (unknown, revoked or mistyped)."},
-                status_code=401,
             )
         sess = _sessions(request).open(principal)
         log.info("console sign-in: %s as %s", principal.who, principal.role.label)
