@@ -62,10 +62,19 @@ def _duration(seconds: Any) -> str:
     return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m"
 
 
+def _when(iso: Any) -> str:
+    """'2026-12-01T20:17:41.854891Z' -> '2026-12-01 20:17:41Z' (the data attributes keep it all)."""
+    if not iso:
+        return "—"
+    text = str(iso).replace("T", " ")
+    return text.split(".")[0].removesuffix("Z") + "Z"
+
+
 def _templates() -> Jinja2Templates:
     t = Jinja2Templates(directory=str(HERE / "templates"))
     t.env.filters["money"] = _money
     t.env.filters["duration"] = _duration
+    t.env.filters["when"] = _when
     t.env.globals["pages"] = PAGES
     return t
 

@@ -8,6 +8,8 @@ wall clock.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections import defaultdict
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
@@ -204,29 +206,50 @@ def budgets(deps: ApiDeps) -> dict[str, Any]:
     committed = spend(store, live, [si.instance for si in live], now).team_committed_usd
     for t in data["teams"]:
         t["committed_usd"] = f"{committed.get(t['team'], Decimal(0)):.6f}"
-    # The month's trajectory: cumulative cloud spend per team per day, against each budget.
+    # The month's trajectory: cumulative cloud spend per team per day so far, then the forecast
+    # (the fleet as it runs now, kept running) to the month's end, against each team's budget.
     if now > status.month_start_ts:
         daily = cost_report(
             store, ("team", "day"), status.month_start_ts, now, kinds=CLOUD_KINDS
         ).rows
     else:
         daily = ()
-    days = sorted({r.key[1] for r in daily})
-    cum: dict[str, list[float]] = {}
-    for team in sorted({r.key[0] for r in daily}):
-        running = Decimal(0)
-        line = []
+    days = _days(status.month_start_ts, status.month_end_ts)
+    today = datetime.fromtimestamp(now, UTC).date().isoformat()
+    burn = {t.team: t.burn_usd_hr for t in status.teams}
+    datasets = []
+    for team in sorted({r.key[0] for r in daily} | set(burn)):
         per = {r.key[1]: r.cost for r in daily if r.key[0] == team}
+        running = Decimal(0)
+        actual: list[float | None] = []
+        forecast: list[float | None] = []
         for d in days:
-            running += per.get(d, Decimal(0))
-            line.append(float(running))
-        cum[team] = line
+            if d <= today:
+                running += per.get(d, Decimal(0))
+            actual.append(float(running) if d <= today else None)
+            if d >= today:  # at the end of that day, the fleet kept running as now
+                end_of_day = datetime.fromisoformat(d).replace(tzinfo=UTC).timestamp() + 86_400
+                hours = Decimal(repr(min(end_of_day, status.month_end_ts) - now)) / 3600
+                forecast.append(float(running + burn.get(team, Decimal(0)) * hours))
+            else:
+                forecast.append(None)
+        datasets.append({"label": team, "data": actual, "forecast": forecast})
     data["chart"] = {
         "labels": days,
-        "datasets": [{"label": k, "data": v} for k, v in cum.items()],
+        "datasets": datasets,
         "budgets": {t["team"]: float(t["monthly_usd"]) for t in data["teams"] if t["monthly_usd"]},
     }
     return data
+
+
+def _days(from_ts: float, to_ts: float) -> list[str]:
+    """The UTC days in [from_ts, to_ts), as ISO dates."""
+    out = []
+    d = datetime.fromtimestamp(from_ts, UTC).date()
+    while datetime.combine(d, time(0), tzinfo=UTC).timestamp() < to_ts:
+        out.append(d.isoformat())
+        d = date.fromordinal(d.toordinal() + 1)
+    return out
 
 
 # --------------------------------------------------------------------------- decisions
@@ -323,7 +346,11 @@ def iac_reviews(deps: ApiDeps, limit: int = 50) -> list[dict[str, Any]]:
     for d in _decisions(deps, limit=1000):
         review = d.get("iac_review")
         if review:
-            out.append({"decision": d, "format": review["format"], "body": review["body"]})
+            body = review["body"]
+            if review["format"] == "json" and isinstance(body, str):
+                with contextlib.suppress(ValueError):  # not JSON after all: shown as text
+                    body = json.loads(body)
+            out.append({"decision": d, "format": review["format"], "body": body})
             if len(out) >= limit:
                 break
     return out

@@ -123,11 +123,18 @@ def test_budget_page_equals_the_api(viewer: Console, finished: Served):
         for field in ("spent_usd", "forecast_usd", "headroom_usd", "burn_usd_hr", "monthly_usd"):
             shown = row.locator(f"td[data-field={field}]").get_attribute("data-usd")
             assert shown == (t[field] or ""), (t["team"], field)
-    # The trajectory ends at each team's spend this month (cumulative cloud cost).
+    # The trajectory covers the month; its last actual point is each team's spend so far and
+    # its last forecast point the API's forecast.
     chart = json.loads(page.inner_text("#budget-data"))
-    spent = {t["team"]: Decimal(t["spent_usd"]) for t in want["teams"]}
+    assert chart["labels"][0] == want["month_start"][:10]
+    assert len(chart["labels"]) >= 28
+    teams = {t["team"]: t for t in want["teams"]}
     for s in chart["datasets"]:
-        assert abs(Decimal(repr(s["data"][-1])) - spent[s["label"]]) < Decimal("0.01")
+        actual = [v for v in s["data"] if v is not None]
+        spent = Decimal(teams[s["label"]]["spent_usd"])
+        assert abs(Decimal(repr(actual[-1])) - spent) < Decimal("0.01")
+        forecast = Decimal(teams[s["label"]]["forecast_usd"])
+        assert abs(Decimal(repr(s["forecast"][-1])) - forecast) < Decimal("0.01")
 
 
 def test_decisions_page_lists_and_filters_like_the_api(viewer: Console, finished: Served):
@@ -186,8 +193,32 @@ def test_gpu_page_equals_the_api(viewer: Console, finished: Served):
     assert page.inner_text("#waste-gpus") == str(waste["gpus"])
     assert page.inner_text("#alert-count") == str(len(alerts["alerts"]))
     telemetry = api(finished.url, finished.viewer, "/v1/telemetry")
+    assert telemetry, "the demo's nodes pushed no GPU sample"
     rows = page.locator("#gpu-table tbody tr")
     assert rows.count() == sum(len(t["gpus"]) for t in telemetry)
+    for t in telemetry:
+        for g in t["gpus"]:
+            cell = page.locator(
+                f"tr[data-node='{t['node']}'][data-gpu='{g['index']}'] td[data-field=util_pct]"
+            )
+            assert cell.inner_text() == f"{g['util_pct']}%"
+
+
+def test_iac_page_renders_the_stored_reviews(viewer: Console, finished: Served):
+    page = viewer.goto("/iac")
+    decisions = api(finished.url, finished.viewer, "/v1/decisions", limit=1000)
+    reviewed = [d for d in decisions if d["iac_review"]]
+    assert reviewed, "the demo stored no IaC review"
+    for d in reviewed:
+        card = page.locator(f".iac-review[data-decision='{d['decision_id']}']")
+        assert card.count() == 1
+        body = json.loads(d["iac_review"]["body"])
+        assert card.locator("[data-field=verdict]").inner_text() == body["verdict"]
+        text = card.inner_text()
+        for res in body["pools"][0]["resources"]:
+            assert res["name"] in text  # the diff lists every resource
+        for pol in body["policies"]:
+            assert pol["name"] in text  # and every policy's verdict
 
 
 def test_what_if_loads_the_simulator_json(viewer: Console, tmp_path):

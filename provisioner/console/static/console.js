@@ -23,12 +23,19 @@
   }
 
   function trajectory(canvas, d) {
-    const sets = d.datasets.map((s, i) => ({...s, borderColor: color(i), backgroundColor: color(i), tension: 0.2}));
+    const sets = d.datasets.map((s, i) => ({label: s.label, data: s.data, borderColor: color(i),
+      backgroundColor: color(i), pointRadius: 2, spanGaps: false}));
+    d.datasets.forEach((s, i) => {
+      if (s.forecast && s.forecast.some((v) => v !== null)) {
+        sets.push({label: s.label + " forecast", data: s.forecast, borderColor: color(i),
+          borderDash: [2, 3], pointRadius: 0, borderWidth: 1.5});
+      }
+    });
     Object.entries(d.budgets || {}).forEach(([team, cap]) => {
       const i = d.datasets.findIndex((s) => s.label === team);
       if (i < 0) return;
       sets.push({label: team + " budget", data: d.labels.map(() => cap), borderColor: color(i),
-        borderDash: [6, 4], pointRadius: 0, borderWidth: 1});
+        borderDash: [8, 4], pointRadius: 0, borderWidth: 1});
     });
     return new Chart(canvas, {type: "line", data: {labels: d.labels, datasets: sets},
       options: {animation: false, maintainAspectRatio: false, scales: {y: {ticks: {callback: (v) => usd(v)}}}}});
