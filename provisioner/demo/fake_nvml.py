@@ -4,7 +4,7 @@
 the in-memory cluster and stores it exactly as `POST /v1/telemetry` does (`upsert_telemetry`,
 then `record_payload`), so the GPU, waste and health views have something to show. The numbers
 are made up but stable: a GPU runs its job's load, a pure function of the job id, so about one
-job in six sits allocated but idle (the waste the console shows) and one GPU runs hot.
+job in four sits allocated but idle (the waste the console shows) and one GPU runs hot.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ MAX_W = 400.0
 
 
 def _load(job_id: str) -> float:
-    """A job's GPU utilisation in %, stable for the job: most are busy, one in six idles."""
+    """A job's GPU utilisation in %, stable for the job: most are busy, one in four idles."""
     h = int(hashlib.sha256(job_id.encode()).hexdigest()[:8], 16)
-    return 1.0 if h % 6 == 0 else 62.0 + h % 37
+    return 1.0 if h % 4 == 0 else 62.0 + h % 37
 
 
 def payloads(slurm: FakeSlurm, now_ts: float) -> list[GpuTelemetry]:
