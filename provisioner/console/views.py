@@ -93,11 +93,16 @@ def overview(deps: ApiDeps) -> dict[str, Any]:
         onprem = {n.name: n for n in snap.nodes_of(NodeKind.ONPREM)}
         by_team: dict[str, int] = defaultdict(int)
         by_project: dict[tuple[str, str], int] = defaultdict(int)
+        job_util = _job_util(deps)
+        team_util: dict[str, list[float]] = defaultdict(list)
+        project_util: dict[tuple[str, str], list[float]] = defaultdict(list)
         for j in snap.running:
             if j.nodes and all(n in onprem for n in j.nodes):
                 team = policy.budgets.team_for(j.account)
                 by_team[team] += j.gpus
                 by_project[(team, j.account or "-")] += j.gpus
+                team_util[team] += job_util.get(j.job_id, [])
+                project_util[(team, j.account or "-")] += job_util.get(j.job_id, [])
         total = sum(n.gpus for n in onprem.values())
         util = _node_util(deps)
         out["snapshot"] = {
@@ -109,8 +114,14 @@ def overview(deps: ApiDeps) -> dict[str, Any]:
             "running_jobs": len(snap.running),
             "onprem_gpus": total,
             "onprem_alloc": sum(n.gpus_alloc for n in onprem.values()),
-            "by_team": sorted(by_team.items(), key=lambda kv: (-kv[1], kv[0])),
-            "by_project": sorted(by_project.items(), key=lambda kv: (-kv[1], kv[0])),
+            "by_team": [
+                (k, n, _mean(team_util.get(k)))
+                for k, n in sorted(by_team.items(), key=lambda kv: (-kv[1], kv[0]))
+            ],
+            "by_project": [
+                (k, n, _mean(project_util.get(k)))
+                for k, n in sorted(by_project.items(), key=lambda kv: (-kv[1], kv[0]))
+            ],
             "nodes": [
                 {
                     "name": n.name,
@@ -132,6 +143,23 @@ def overview(deps: ApiDeps) -> dict[str, Any]:
     out["operator"] = render.operator_dict(store.operator_state())
     out["pools"] = [render.pool_dict(p) for p in store.pools()]
     out["decisions"] = [decision_row(d) for d in _decisions(deps, limit=8)]
+    return out
+
+
+def _mean(values: list[float] | None) -> float | None:
+    return round(sum(values) / len(values), 1) if values else None
+
+
+def _job_util(deps: ApiDeps) -> dict[str, list[float]]:
+    """NVML utilisation of each GPU a job has processes on, from the agents' latest payloads."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for p in deps.store.telemetry_payloads(None):
+        for g in p.payload.get("gpus", ()):
+            util = g.get("util_pct") if isinstance(g, dict) else None
+            if util is None:
+                continue
+            for job in g.get("jobs", ()):
+                out[str(job)].append(float(util))
     return out
 
 

@@ -188,3 +188,72 @@ def test_static_assets_are_served_with_their_licences(env: Env):
     ):
         r = env.client.get(path)
         assert r.status_code == 200 and len(r.content) > 500, path
+
+
+def test_overview_shows_who_uses_the_onprem_gpus_with_their_nvml_load(tmp_path):
+    """Per team and project: GPUs allocated by Slurm (on-prem jobs only) and the mean NVML load
+    of the GPUs their processes run on; expected figures computed here by hand."""
+    from datetime import UTC, datetime
+
+    from api_helpers import NOW, POLICY
+    from fastapi.testclient import TestClient
+
+    from provisioner.api.app import ApiDeps, create_app
+    from provisioner.api.auth import create_token
+    from provisioner.clock import ManualClock
+    from provisioner.domain.jobs import Job, JobState
+    from provisioner.domain.nodes import Node, NodeKind, NodeState
+    from provisioner.domain.snapshot import ClusterSnapshot
+    from provisioner.observe.gpu_load import record_payload
+    from provisioner.observe.gpu_telemetry import GpuReading, GpuTelemetry
+    from provisioner.reconcile.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'o.sqlite'}")
+    run = dict(state=JobState.RUNNING, start_ts=NOW - 100)
+    snap = ClusterSnapshot(
+        taken_ts=NOW,
+        jobs=(
+            Job("1", 4, NOW - 500, account="vision", nodes=("gpu-01",), **run),
+            Job("2", 2, NOW - 500, account="vision", nodes=("gpu-01",), **run),
+            Job("3", 8, NOW - 500, account="nlp", nodes=("gpu-02",), **run),
+            Job("4", 8, NOW - 500, account="nlp", nodes=("cloud-1",), **run),  # not on-prem
+            Job("5", 2, NOW - 900, account="nlp"),  # pending
+        ),
+        nodes=(
+            Node("gpu-01", NodeKind.ONPREM, 8, 6, state=NodeState.MIXED),
+            Node("gpu-02", NodeKind.ONPREM, 8, 8, state=NodeState.ALLOCATED),
+            Node("cloud-1", NodeKind.BURST, 8, 8, state=NodeState.ALLOCATED),
+        ),
+    )
+    utils = {0: (90.0, "1"), 1: (70.0, "1"), 2: (10.0, "2")}
+    payload = GpuTelemetry(
+        node="gpu-01",
+        sampled_ts=NOW - 5,
+        gpus=tuple(
+            GpuReading(index=i, uuid=f"GPU-{i}", util_pct=u, jobs=(j,))
+            for i, (u, j) in utils.items()
+        ),
+    )
+    store.upsert_telemetry("gpu-01", payload.to_gpu_samples(), NOW)
+    record_payload(store, payload, NOW, POLICY)
+    deps = ApiDeps(
+        store=store,
+        clock=ManualClock(datetime.fromtimestamp(NOW, UTC)),
+        snapshot=lambda: snap,
+        policy=POLICY,
+    )
+    client = TestClient(create_app(deps))
+    token = create_token(store, "viewer", "v", NOW)
+    client.post("/login", data={"token": token})
+    page = client.get("/").text
+    teams = re.findall(
+        r'<tr data-team="([^"]+)"><td>[^<]*</td><td class="num" data-field="gpus">(\d+)</td>'
+        r'<td class="num">([^<]*)</td>',
+        page,
+    )
+    # vision: jobs 1 (4 GPUs) + 2 (2 GPUs); load (90 + 70 + 10) / 3 = 56.7 %. nlp: job 3 only.
+    assert teams == [("nlp", "8", "—"), ("vision", "6", "57%")]
+    assert 'id="pending-jobs">1<' in page and 'id="pending-gpus">2<' in page
+    assert 'id="onprem-alloc">14 / 16<' in page
+    client.close()
+    store.close()
