@@ -256,6 +256,9 @@ def test_what_if_loads_the_simulator_json(viewer: Console, tmp_path):
     assert policies == [r["policy"] for r in results]
     cost = page.locator("#whatif-table tbody tr").first.locator("td").nth(2).inner_text()
     assert cost == f"${results[0]['cloud_cost_usd']:,.2f}"
+    # The simulator wrote each policy's cloud GPUs over time: they are charted as such.
+    assert any(r["cloud_gpus_over_time"] for r in results)
+    assert page.inner_text("#whatif-gpus-title") == "Cloud GPUs over time"
     viewer.shot("whatif-loaded")
     # A wrong file is refused with its name in the message.
     bad = tmp_path / "bad.json"
