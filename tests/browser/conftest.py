@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "account"))  # focus_check
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = REPO / ".screenshots"
 # Generous: the CI machine has 2 cores shared with Chromium, moto and the demo's loop.

@@ -112,6 +112,30 @@ def test_cloud_and_onprem_sit_side_by_side_and_downloads_match(viewer: Console, 
     rows = list(csv.DictReader(io.StringIO(dl.value.path().read_text())))
     assert rows and all(r["BillingCurrency"] == "USD" for r in rows)
     assert {r["x_CostKind"] for r in rows} >= {"job", "onprem"}
+    # The FOCUS rows of the window add up to the window's total (hand sum of BilledCost).
+    assert sum(Decimal(r["BilledCost"]) for r in rows) == cloud + onprem
+
+
+def test_the_demos_focus_export_passes_both_validators(viewer: Console, finished: Served, tmp_path):
+    """The console's FOCUS download of the demo: focus-validator 2.2.1 (FOCUS 1.2 rules) fails
+    nothing but the model's self-contradicting InvoiceId-C-005-C; 1.0.0 fails nothing."""
+    from focus_check import (
+        require_validator,
+        require_validator_1_2,
+        validate_focus,
+        validate_focus_1_2,
+        validator_site,
+    )
+
+    page = viewer.goto("/costs")
+    with page.expect_download() as dl:
+        page.click("#download-focus")
+    data = tmp_path / "focus.csv"
+    data.write_text(dl.value.path().read_text())
+    counts = validate_focus_1_2(require_validator_1_2(), data, tmp_path / "r12.xml")
+    assert counts["tests"] == 578 and counts["passed"] >= 130
+    exe = require_validator()
+    validate_focus(exe, data, tmp_path / "r10.xml", validator_site(exe))
 
 
 def test_budget_page_equals_the_api(viewer: Console, finished: Served):
