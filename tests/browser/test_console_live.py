@@ -110,8 +110,11 @@ def test_overview_refreshes_itself_while_the_demo_runs(browser, live_demo: Demo)
         first = page.inner_text("#as-of")
         # htmx swaps the live part in place; the page itself is not reloaded.
         page.evaluate("window.__same_page = true")
+        # The demo's clock moves once per pass; a pass can take many seconds on a loaded machine.
         page.wait_for_function(
-            "t => document.getElementById('as-of').textContent !== t", arg=first, timeout=WAIT_MS
+            "t => document.getElementById('as-of').textContent !== t",
+            arg=first,
+            timeout=4 * WAIT_MS,
         )
         assert page.evaluate("window.__same_page") is True
         # The demo's controller publishes its cluster view: backlog and on-prem use are shown.
