@@ -257,3 +257,13 @@ def test_overview_shows_who_uses_the_onprem_gpus_with_their_nvml_load(tmp_path):
     assert 'id="onprem-alloc">14 / 16<' in page
     client.close()
     store.close()
+
+
+def test_text_from_the_store_is_escaped(fresh: Env):
+    sign_in(fresh, "operator")
+    fresh.client.post(
+        "/actions/pause", data={"csrf": csrf_of(fresh), "reason": "<script>alert(1)</script>"}
+    )
+    page = fresh.client.get("/").text
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page

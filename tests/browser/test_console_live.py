@@ -9,7 +9,8 @@ import pytest
 
 from tests.browser.conftest import WAIT_MS, Console, Demo, api
 
-pytestmark = pytest.mark.browser
+# Generous: the session fixtures start, run and stop the demo on a possibly loaded machine.
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 
 def test_sign_in_exchanges_the_token_for_an_httponly_strict_cookie(browser, live_demo: Demo):

@@ -18,7 +18,8 @@ import pytest
 
 from tests.browser.conftest import REPO, Console, Served, api
 
-pytestmark = pytest.mark.browser
+# Generous: the session fixtures start, run and stop the demo on a possibly loaded machine.
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 PAGES = ("/", "/costs", "/budgets", "/decisions", "/instances", "/gpus", "/iac", "/whatif")
 
