@@ -246,7 +246,7 @@ def budgets(deps: ApiDeps) -> dict[str, Any]:
     today = datetime.fromtimestamp(now, UTC).date().isoformat()
     burn = {t.team: t.burn_usd_hr for t in status.teams}
     datasets = []
-    for team in sorted({r.key[0] for r in daily} | set(burn)):
+    for team in sorted({str(r.key[0]) for r in daily if r.key[0]} | set(burn)):
         per = {r.key[1]: r.cost for r in daily if r.key[0] == team}
         running = Decimal(0)
         actual: list[float | None] = []

@@ -267,3 +267,20 @@ def test_text_from_the_store_is_escaped(fresh: Env):
     page = fresh.client.get("/").text
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_cross_site_posts_are_refused(fresh: Env):
+    r = fresh.client.post(
+        "/login",
+        data={"token": fresh.tokens["viewer"]},
+        headers={"Origin": "http://evil.example"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 403 and "set-cookie" not in r.headers
+    r = fresh.client.post(
+        "/login",
+        data={"token": fresh.tokens["viewer"]},
+        headers={"Origin": "http://testserver"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
