@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,9 @@ class Served:
     operator: str
     store: Any
     now: str
+    # The UTC day the demo's simulated time began: windows from there hold all its data, even
+    # when the run crossed midnight or a month's end (the current month may then be nearly empty).
+    first_day: str
 
 
 def api(url: str, token: str, path: str, **params: Any) -> Any:
@@ -186,7 +189,15 @@ def finished(live_demo: Demo) -> Iterator[Served]:
     server = ApiServer(app, "127.0.0.1", 0)
     port = server.start(timeout_s=STARTUP_S)
     try:
-        yield Served(f"http://127.0.0.1:{port}", viewer, operator, store, result["now"])
+        first = now - timedelta(seconds=float(result["simulated_s"]) + 1.0)
+        yield Served(
+            f"http://127.0.0.1:{port}",
+            viewer,
+            operator,
+            store,
+            result["now"],
+            first.date().isoformat(),
+        )
     finally:
         server.stop()
         store.close()

@@ -41,6 +41,15 @@ def _cells(page, selector: str) -> list[list[str]]:
     )
 
 
+def test_the_default_cost_window_is_this_month_by_the_controllers_clock(
+    viewer: Console, finished: Served
+):
+    page = viewer.goto("/costs")
+    now = api(finished.url, finished.viewer, "/v1/status")["now"]
+    assert page.get_attribute("#cost-window", "data-to") == now
+    assert page.get_attribute("#cost-window", "data-from") == now[:8] + "01T00:00:00Z"
+
+
 def test_every_page_renders_the_demos_data_with_no_browser_error(browser, finished: Served):
     for role, token in (("viewer", finished.viewer), ("operator", finished.operator)):
         c = Console(browser, finished.url)
@@ -62,10 +71,11 @@ def test_every_page_renders_the_demos_data_with_no_browser_error(browser, finish
 
 @pytest.mark.parametrize("key", ["team", "account", "pool", "cloud", "kind", "day"])
 def test_cost_page_equals_the_api_for_the_same_query(viewer: Console, finished: Served, key):
-    page = viewer.goto(f"/costs?group_by={key}")
+    page = viewer.goto(f"/costs?group_by={key}&from={finished.first_day}")
     win = page.locator("#cost-window")
     f, t = win.get_attribute("data-from"), win.get_attribute("data-to")
-    # The default window ends at the controller's clock (the demo's last instant), not wall time.
+    assert f == f"{finished.first_day}T00:00:00Z"
+    # The window ends by default at the controller's clock (the demo's last instant), not wall time.
     assert t == api(finished.url, finished.viewer, "/v1/status")["now"]
     want = api(finished.url, finished.viewer, "/v1/costs", group_by=key, **{"from": f, "to": t})
     assert want["rows"], "the demo recorded no cost"
@@ -82,7 +92,7 @@ def test_cost_page_equals_the_api_for_the_same_query(viewer: Console, finished: 
 
 
 def test_cloud_and_onprem_sit_side_by_side_and_downloads_match(viewer: Console, finished: Served):
-    page = viewer.goto("/costs?group_by=kind")
+    page = viewer.goto(f"/costs?group_by=kind&from={finished.first_day}")
     f = page.get_attribute("#cost-window", "data-from")
     t = page.get_attribute("#cost-window", "data-to")
     by_kind = api(
@@ -128,7 +138,7 @@ def test_the_demos_focus_export_passes_both_validators(viewer: Console, finished
         validator_site,
     )
 
-    page = viewer.goto("/costs")
+    page = viewer.goto(f"/costs?from={finished.first_day}")
     with page.expect_download() as dl:
         page.click("#download-focus")
     data = tmp_path / "focus.csv"
