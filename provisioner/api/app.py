@@ -234,7 +234,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
         iac_router(dependencies=[Depends(require(Role.VIEWER))]), prefix=f"/{API_VERSION}"
     )
     # The web console (pages at `/`, sign-in, operator forms), imported late for the same reason.
-    from provisioner.console.app import mount_console
+    from provisioner.api.console.app import mount_console
 
     mount_console(app)
     return app

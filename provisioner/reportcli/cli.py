@@ -127,7 +127,7 @@ def decisions(
     as_csv: CsvOpt = False,
 ) -> None:
     """Planner decisions, newest first, with the reason in words and the chosen offer."""
-    from provisioner.console.words import reason_words
+    from provisioner.plan.reasons import reason_words
     from provisioner.reportcli.client import get_json
 
     data = get_json(url, token, "/v1/decisions", {"reason": reason, "limit": limit})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from provisioner.api.auth import Role, create_token, verify_token
-from provisioner.console.sessions import Sessions, can_operate, csrf_ok
+from provisioner.api.console.sessions import Sessions, can_operate, csrf_ok
 from provisioner.reconcile.store import Store
 
 

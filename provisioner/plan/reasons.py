@@ -1,4 +1,5 @@
-"""Decision reasons in words, for the console and the terminal reports."""
+"""Decision reasons in words, for the console and the terminal reports (a rendering only:
+the reason codes stay the record)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,6 @@ from provisioner.account.reports import ReportError, cost_report, parse_group_by
 from provisioner.api import render
 from provisioner.api.app import ApiDeps
 from provisioner.api.telemetry_views import alerts_dict, policy_of, waste_dict
-from provisioner.console.words import kind_of_reason, reason_words
 from provisioner.domain.nodes import NodeKind
 from provisioner.observe.gpu_load import (
     DEFAULT_ALERT_MAX_AGE_S,
@@ -28,6 +27,7 @@ from provisioner.observe.gpu_load import (
     gpu_alerts,
     gpu_waste,
 )
+from provisioner.plan.reasons import kind_of_reason, reason_words
 
 PAGE_GROUPS = ("team", "account", "pool", "cloud", "kind", "day")
 GROUP_LABELS = {
