@@ -35,7 +35,7 @@ CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = REPO / ".screenshots"
 # Generous: the CI machine has 2 cores shared with Chromium, moto and the demo's loop.
 STARTUP_S = 120.0
-WAIT_MS = 30_000
+WAIT_MS = 60_000
 
 
 @dataclass
