@@ -1,7 +1,7 @@
 """The web console: server-rendered pages (Jinja2) on the API's FastAPI app, at `/`.
 
 `mount_console(app)` adds the pages, the sign-in and the operator forms; `create_app` calls it.
-Every asset is served from `provisioner/console/static` (htmx and Chart.js are vendored there
+Every asset is served from `provisioner/api/console/static` (htmx and Chart.js are vendored there
 with their licences), so the console works with no internet. Pages need a session (see
 `sessions.py`); operator forms need the operator role and the session's CSRF token.
 """
