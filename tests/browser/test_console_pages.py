@@ -295,6 +295,15 @@ def test_what_if_loads_the_simulator_json(viewer: Console, tmp_path):
     assert any(r["cloud_gpus_over_time"] for r in results)
     assert page.inner_text("#whatif-gpus-title") == "Cloud GPUs over time"
     viewer.shot("whatif-loaded")
+    # The bundled example (the same command's output, shipped with the console) loads too.
+    page.click("#whatif-example")
+    page.wait_for_selector("body[data-whatif='example']")
+    example = json.loads((REPO / "provisioner/api/console/static/whatif-example.json").read_text())
+    policies = page.eval_on_selector_all(
+        "#whatif-table tbody tr", "rows => rows.map(r => r.dataset.policy)"
+    )
+    assert policies == [r["policy"] for r in example]
+    viewer.shot("whatif-example")
     # A wrong file is refused with its name in the message.
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "a simulation"}')

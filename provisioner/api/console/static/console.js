@@ -108,6 +108,20 @@
     const input = document.getElementById("whatif-file");
     if (!input) return;
     const err = document.getElementById("whatif-error");
+    const example = document.getElementById("whatif-example");
+    example.addEventListener("click", () => {
+      fetch(example.dataset.src).then((r) => {
+        if (!r.ok) throw new Error("HTTP " + r.status);
+        return r.json();
+      }).then((results) => {
+        err.hidden = true;
+        showWhatIf(results);
+        document.body.dataset.whatif = "example";
+      }).catch((e) => {
+        err.textContent = "the example: " + e.message;
+        err.hidden = false;
+      });
+    });
     input.addEventListener("change", () => {
       const file = input.files && input.files[0];
       if (!file) return;
