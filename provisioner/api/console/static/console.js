@@ -81,7 +81,7 @@
       data: {datasets: results.map((r, i) => ({label: r.policy, data: [{x: r.avg_jct_s / 3600, y: r.cloud_cost_usd}],
         backgroundColor: color(i), pointRadius: 7}))},
       options: {animation: false, maintainAspectRatio: false,
-        scales: {x: {title: {display: true, text: "average JCT (h)"}}, y: {title: {display: true, text: "cloud cost ($)"}}}},
+        scales: {x: {type: "logarithmic", title: {display: true, text: "average JCT (h, log scale)"}}, y: {title: {display: true, text: "cloud cost ($)"}}}},
     });
     const series = results.filter((r) => Array.isArray(r.cloud_gpus_over_time) && r.cloud_gpus_over_time.length);
     const gpus = document.getElementById("whatif-gpus");
