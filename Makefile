@@ -10,14 +10,34 @@ SLURM24_DIR ?= $(CURDIR)/.slurm-24.11
 SLURM24_PORT_BASE ?= 6917
 export SLURM_DIR SLURM24_DIR SLURM24_PORT_BASE
 
-.PHONY: venv focus-venv run simulate test test-e2e test-unit lint typecheck bench chaos slurm-up slurm-down \
+.PHONY: venv focus-venv browser-deps run simulate test test-e2e test-unit test-browser lint typecheck bench chaos slurm-up slurm-down \
         localstack-up localstack-down iac-review clean
 
 venv: $(STAMP)
 
 # focus-validator 1.0.0 (the last release for Python 3.11) pins numpy<2: it gets its own venv.
+# focus-validator 2.2.1 carries the FOCUS 1.2 rules and needs Python 3.12 (pyenv has it here):
+# a second venv. It declares numpy<2, but the pyarrow it pulls in needs numpy 2 to import.
 FOCUS_STAMP := .venv-focus/.installed-1.0.0
-focus-venv: $(FOCUS_STAMP)
+FOCUS2_STAMP := .venv-focus2/.installed-2.2.1
+PY312 ?= $(shell ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.12*/bin/python3.12 2>/dev/null | tail -n 1 | grep . || command -v python3.12 2>/dev/null)
+focus-venv: $(FOCUS_STAMP) $(FOCUS2_STAMP)
+
+$(FOCUS2_STAMP):
+	@test -n "$(PY312)" || { echo "focus-validator 2.2.1 needs Python 3.12: none found (PY312=...)"; exit 1; }
+	test -x .venv-focus2/bin/python || $(PY312) -m venv .venv-focus2
+	.venv-focus2/bin/pip install -q --upgrade pip
+	.venv-focus2/bin/pip install -q focus-validator==2.2.1
+	.venv-focus2/bin/pip install -q -U 'numpy>=2'
+	touch $@
+
+# The console's browser tests: Debian's Chromium, driven by Playwright (in the dev extras).
+# Playwright's own browser download cannot work offline; the system browser is used instead.
+browser-deps:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get install -y chromium chromium-driver || \
+	    { apt-get update && apt-get install -y chromium chromium-driver; }; \
+	  else sudo apt-get install -y chromium chromium-driver; fi; }
 
 $(FOCUS_STAMP):
 	test -x .venv-focus/bin/python || $(PY) -m venv .venv-focus
@@ -40,14 +60,17 @@ simulate: venv
 	    --policy immediate --policy fixed-wait:3600
 
 # All tests, the ones that need real parts included: starts the local Slurm cluster first.
-test: venv focus-venv slurm-up
+test: venv focus-venv browser-deps slurm-up
 	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-e2e: venv focus-venv slurm-up
 	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q -m e2e $(PYTEST_ARGS)
 
 test-unit: venv
-	$(BIN)/python -m pytest -q -m "not slurm and not e2e" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slurm and not e2e and not browser" $(PYTEST_ARGS)
+
+test-browser: venv focus-venv browser-deps
+	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q -m browser $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check provisioner tests bench infra policies
@@ -83,4 +106,4 @@ iac-review: venv
 	$(BIN)/provisioner iac review --format markdown
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .screenshots .mypy_cache .ruff_cache build *.egg-info

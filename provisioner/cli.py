@@ -96,6 +96,7 @@ def _register_subcommands() -> None:
     from provisioner.register.cli import register as register_slurm; register_slurm(app)  # noqa: E702, I001  # fmt: skip
     from provisioner.controller_cli import register as register_controller; register_controller(app)  # noqa: E702, I001  # fmt: skip
     from provisioner.iac.cli import register as register_iac; register_iac(app)  # noqa: E702, I001  # fmt: skip
+    from provisioner.reportcli.cli import register as register_reports; register_reports(app)  # noqa: E702, I001  # fmt: skip
 
 
 _register_subcommands()

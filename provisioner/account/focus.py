@@ -7,6 +7,14 @@ carries the column names the `focus-validator` 1.0.0 rule set still uses (Provid
 InvoiceIssuer, ResourceID, ChargeType) with the same values, so that validator passes.
 
 Decimal columns are written with six decimals (exact micro-dollars), times as ISO 8601 UTC.
+
+InvoiceId (recommended by FOCUS 1.2) is present and null: these rows are the controller's own
+ledger, not lines of an issued or provisional invoice, and FOCUS 1.2 says InvoiceId MUST be null
+then. focus-validator 2.2.1's rule model (model-1.2.0.1.json) checks both halves of that
+nullability rule with no condition: InvoiceId-C-004-C (MUST be null) and InvoiceId-C-005-C (MUST
+NOT be null) apply to every row, so any export with the column fails one of them (and without
+the column seven InvoiceId rules fail). Their parent, InvoiceId-C-003-C (C-004 OR C-005), passes.
+The one failure left, C-005, is that contradiction; the tests assert it is the only one.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ FOCUS_COLUMNS: tuple[str, ...] = (
     "ContractedCost",
     "ContractedUnitPrice",
     "EffectiveCost",
+    "InvoiceId",
     "InvoiceIssuerName",
     "ListCost",
     "ListUnitPrice",
@@ -261,6 +270,7 @@ def focus_row(r: Any, opts: FocusOptions, periods: _Period) -> list[str]:
         cost,  # ContractedCost
         price,  # ContractedUnitPrice
         cost,  # EffectiveCost
+        "",  # InvoiceId: null, no invoice is issued for these charges (see INVOICE_ID_NOTE)
         provider,  # InvoiceIssuerName
         cost,  # ListCost
         price,  # ListUnitPrice

@@ -255,6 +255,10 @@ def create_app(deps: ApiDeps) -> FastAPI:
     app.include_router(
         iac_router(dependencies=[Depends(require(Role.VIEWER))]), prefix=f"/{API_VERSION}"
     )
+    # The web console (pages at `/`, sign-in, operator forms), imported late for the same reason.
+    from provisioner.api.console.app import mount_console
+
+    mount_console(app)
     return app
 
 

@@ -24,6 +24,7 @@ from provisioner.config.models import Policy
 from provisioner.reconcile.loop import PassReport
 from provisioner.reconcile.store import Store
 
+log = logging.getLogger("provisioner.demo")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_POLICIES = REPO_ROOT / "policies" / "demo"
 
@@ -69,8 +70,10 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
     from provisioner.bootstrap import SlurmParts, build_clouds, build_controller, load_settings
     from provisioner.bootstrap import serve as serve_controller
     from provisioner.config import load_policy
+    from provisioner.demo.fake_nvml import push as push_nvml
     from provisioner.demo.fake_slurm import BurstPartition, FakeSlurm
     from provisioner.demo.trace_slice import demo_jobs
+    from provisioner.iac.review import record_pool_creation_review
     from provisioner.reconcile.loop import LoopConfig
     from provisioner.testing.moto_faults import FaultyMotoServer
 
@@ -137,12 +140,24 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
         last_line = [0.0]
         grace = max(settings.orphan_grace_s, 3 * opts.tick_s * opts.speed)
 
+        reviewed: set[str] = set()
+
         def on_pass(report: PassReport) -> None:
             rec = controller.reconciler
             plan = rec.last_plan
+            # The fake nodes' NVML agents "push" their samples (see demo/fake_nvml.py).
+            push_nvml(store, fake, policy, report.now_ts)
             if plan is not None:
                 for su in plan.scale_ups:
                     d = su.decision
+                    if su.pool not in reviewed:
+                        # The first burst into a pool stores the pool's IaC review with its
+                        # decision, as a controller creating the pool's stack would.
+                        reviewed.add(su.pool)
+                        try:
+                            record_pool_creation_review(store, d.decision_id, policy, su.pool)
+                        except Exception as exc:  # a review must never stop the demo
+                            log.warning("IaC review of pool %s failed: %s", su.pool, exc)
                     wait = d.predicted_wait_s or 0.0
                     budget = d.wait_budget_s or 0.0
                     echo(
@@ -209,6 +224,7 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
                 f"server at {moto.endpoint} (in this process). Planner, loop, actuator, store, "
                 "accountant and API are the real ones."
             )
+            echo(f"  console   {url}/   (open it in a browser; sign in with a token below)")
             echo(f"  API       {url}   (OpenAPI: {url}/openapi.json)")
             echo(f"  viewer    {viewer}")
             echo(f"  operator  {operator}   (POST /v1/operator/pause, /v1/plan)")
@@ -234,6 +250,7 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
             "passes": passes,
             "wall_s": round(time.monotonic() - wall0, 1),
             "simulated_s": round(now - t0),
+            "now": datetime.fromtimestamp(now, UTC).isoformat().replace("+00:00", "Z"),
             "bursts": decisions.get("burst_wait_exceeds_budget", 0)
             + decisions.get("burst_urgent", 0),
             "decisions": sum(decisions.values()),

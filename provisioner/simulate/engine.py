@@ -66,6 +66,8 @@ class SimResult:
     onprem_gpu_hours_after_last_arrival: float = 0.0
     timeouts: int = 0
     spot_interruptions: int = 0
+    # Billed cloud GPUs as a step function: (seconds since the first arrival, GPUs from then on).
+    cloud_gpus_over_time: tuple[tuple[float, int], ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -87,7 +89,35 @@ class SimResult:
             ),
             "timeouts": self.timeouts,
             "spot_interruptions": self.spot_interruptions,
+            "cloud_gpus_over_time": [[round(t, 1), n] for t, n in self.cloud_gpus_over_time],
         }
+
+
+MAX_SERIES_POINTS = 2000
+
+
+def gpus_over_time(
+    spans: Sequence[tuple[float, float, int]], origin: float
+) -> tuple[tuple[float, int], ...]:
+    """The step function of GPUs billed at once, from (start, end, GPUs) spans. Past
+    `MAX_SERIES_POINTS` steps, each bucket of steps keeps its peak (for a chart, not for sums)."""
+    deltas: dict[float, int] = {}
+    for start, end, gpus in spans:
+        deltas[start] = deltas.get(start, 0) + gpus
+        deltas[end] = deltas.get(end, 0) - gpus
+    steps: list[tuple[float, int]] = []
+    level = 0
+    for t in sorted(deltas):
+        if deltas[t]:
+            level += deltas[t]
+            steps.append((t - origin, level))
+    if len(steps) > MAX_SERIES_POINTS:
+        size = math.ceil(len(steps) / MAX_SERIES_POINTS)
+        steps = [
+            (steps[i][0], max(n for _, n in steps[i : i + size]))
+            for i in range(0, len(steps), size)
+        ]
+    return tuple(steps)
 
 
 def sim_pools(catalog: Catalog, policy: Policy, boot_s: float) -> list[PoolPolicy]:
@@ -139,15 +169,17 @@ class _Cloud:
         self.billing_min_s = billing_min_s
         self.cost = Decimal(0)
         self.gpu_seconds = 0.0
+        self.spans: list[tuple[float, float, int]] = []  # (start, end, GPUs) of each node group
         self.rng = random.Random(risk_seed)
         self.interruptions = interruptions
         self.spot = policy.spot
         self.interrupted = 0
 
-    def bill(self, cand: Candidate, seconds: float) -> None:
+    def bill(self, cand: Candidate, seconds: float, start: float) -> None:
         secs = max(self.billing_min_s, seconds)
         self.cost += cand.usd_hr * Decimal(repr(round(secs, 3))) / Decimal(3600)
         self.gpu_seconds += cand.gpus_per_node * cand.nodes * secs
+        self.spans.append((start, start + secs, cand.gpus_per_node * cand.nodes))
 
     def run(
         self,
@@ -164,18 +196,18 @@ class _Cloud:
             t_int = self.rng.expovariate(rate) if rate > 0 else math.inf
             if t_int < longest:
                 self.interrupted += 1
-                self.bill(cand, cand.boot_s + t_int)
+                self.bill(cand, cand.boot_s + t_int, requested_at)
                 od = fallback()
                 ends = []
                 kept = t_int * (1.0 - self.spot.rework_fraction)
                 rest = [max(0.0, d - kept) if d > t_int else 0.0 for d in durations]
                 again = ready + t_int
                 if max(rest) > 0:
-                    self.bill(od, od.boot_s + max(rest))
+                    self.bill(od, od.boot_s + max(rest), again)
                 for d, r in zip(durations, rest, strict=True):
                     ends.append(ready + d if r == 0.0 else again + od.boot_s + r)
                 return ends
-        self.bill(cand, cand.boot_s + longest)
+        self.bill(cand, cand.boot_s + longest, requested_at)
         return [ready + d for d in durations]
 
 
@@ -456,6 +488,7 @@ class Simulation:
             onprem_gpu_hours_after_last_arrival=after / 3600.0,
             timeouts=self.timeouts,
             spot_interruptions=self.cloud.interrupted,
+            cloud_gpus_over_time=gpus_over_time(self.cloud.spans, first),
         )
 
 

@@ -8,7 +8,13 @@ import subprocess
 from decimal import Decimal
 
 from account_helpers import DAY, POLICY, T0, launch, terminate
-from focus_check import require_validator, validate_focus, validator_site
+from focus_check import (
+    require_validator,
+    require_validator_1_2,
+    validate_focus,
+    validate_focus_1_2,
+    validator_site,
+)
 
 from provisioner.account.focus import (
     COMPAT_1_0_COLUMNS,
@@ -114,8 +120,10 @@ def test_columns_and_values(store):
     } <= set(header)
     assert header == list(FOCUS_COLUMNS + COMPAT_1_0_COLUMNS)
     assert all(
-        c.startswith("x_") for c in header if c not in FOCUS_COLUMNS[:46] + COMPAT_1_0_COLUMNS
+        c.startswith("x_") for c in header if c not in FOCUS_COLUMNS[:47] + COMPAT_1_0_COLUMNS
     )
+    # No invoice is issued for these charges: InvoiceId is present and null (FOCUS 1.2).
+    assert "InvoiceId" in header and all(r["InvoiceId"] == "" for r in rows)
     total = sum(Decimal(r["BilledCost"]) for r in rows)
     assert total == store.ledger_total()
     job = next(r for r in rows if r["x_JobId"] == "101")
@@ -166,3 +174,14 @@ def test_focus_validator_1_0_passes(store, tmp_path):
         timeout=120,
     )
     assert "Validation succeeded." in console.stdout, console.stdout
+
+
+def test_focus_validator_2_2_1_passes_the_focus_1_2_rules(store, tmp_path):
+    """focus-validator 2.2.1 (FOCUS 1.2 rule model): nothing fails but the one contradictory
+    rule pair the model carries (see `provisioner.account.focus`, InvoiceId)."""
+    exe = require_validator_1_2()
+    populate(store)
+    data = tmp_path / "focus.csv"
+    data.write_text(export(store, opts=FocusOptions(compat_1_0=False)))
+    counts = validate_focus_1_2(exe, data, tmp_path / "report12.xml")
+    assert counts["tests"] == 578 and counts["passed"] >= 130

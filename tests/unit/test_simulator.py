@@ -209,3 +209,11 @@ def test_spot_interruptions_cost_rework_and_time() -> None:
     assert rough.spot_interruptions >= 15
     assert rough.cloud_cost_usd > 5 * calm.cloud_cost_usd
     assert rough.avg_jct_s > calm.avg_jct_s
+
+
+def test_cloud_gpus_over_time_is_the_billed_step_function() -> None:
+    r = run("immediate")
+    # j2 bursts at t=0 on an 8-GPU node for 3600 s; j3 at t=100 on a 1-GPU node for 10,000 s.
+    assert r.cloud_gpus_over_time == ((0.0, 8), (100.0, 9), (3600.0, 1), (10_100.0, 0))
+    assert r.to_dict()["cloud_gpus_over_time"] == [[0.0, 8], [100.0, 9], [3600.0, 1], [10100.0, 0]]
+    assert run("never").cloud_gpus_over_time == ()

@@ -1,0 +1,384 @@
+"""What each console page shows, as plain dicts for the templates.
+
+Numbers come from the same functions and renderings as the JSON API (`cost_report` with
+`render.report_dict`, `budget_status` with `render.budget_dict`, ...), so a page and the API
+answer the same query with the same figures. Times come from the injected clock, never the
+wall clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import defaultdict
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
+from typing import Any
+
+from provisioner.account.budgets import CLOUD_KINDS, budget_status
+from provisioner.account.reports import ReportError, cost_report, parse_group_by, parse_kinds
+from provisioner.api import render
+from provisioner.api.app import ApiDeps
+from provisioner.api.telemetry_views import alerts_dict, policy_of, waste_dict
+from provisioner.domain.nodes import NodeKind
+from provisioner.observe.gpu_load import (
+    DEFAULT_ALERT_MAX_AGE_S,
+    DEFAULT_MAX_AGE_S,
+    gpu_alerts,
+    gpu_waste,
+)
+from provisioner.plan.reasons import kind_of_reason, reason_words
+
+PAGE_GROUPS = ("team", "account", "pool", "cloud", "kind", "day")
+GROUP_LABELS = {
+    "team": "Team",
+    "account": "Project",
+    "pool": "Pool",
+    "cloud": "Cloud",
+    "kind": "Kind",
+    "day": "Day",
+    "user": "User",
+    "partition": "Partition",
+    "region": "Region",
+}
+CLOUD_SIDE = set(CLOUD_KINDS)  # job, idle: cloud instances
+ONPREM_SIDE = {"onprem", "energy"}  # amortised hardware and measured energy
+
+
+def now_ts(deps: ApiDeps) -> float:
+    return deps.clock.now().timestamp()
+
+
+def parse_when(text: str | None, name: str) -> float | None:
+    """A page parameter: ISO date or date-time (UTC when no offset); '' or None: default."""
+    if not text:
+        return None
+    try:
+        if len(text) == 10:
+            d = date.fromisoformat(text)
+            return datetime.combine(d, time(0), tzinfo=UTC).timestamp()
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ReportError(f"{name}: {text!r} is not an ISO 8601 date or date-time") from exc
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def window(deps: ApiDeps, from_: str | None, to: str | None) -> tuple[float, float]:
+    """The API's default window: [start of this UTC month, now) by the injected clock."""
+    now = deps.clock.now().astimezone(UTC)
+    f = parse_when(from_, "from")
+    t = parse_when(to, "to")
+    if f is None:
+        f = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
+    if t is None:
+        t = now.timestamp()
+    if not t > f:
+        raise ReportError("'to' must be after 'from'")
+    return f, t
+
+
+# --------------------------------------------------------------------------- overview
+
+
+def overview(deps: ApiDeps) -> dict[str, Any]:
+    store = deps.store
+    now = now_ts(deps)
+    policy = policy_of(deps)
+    snap = deps.snapshot() if deps.snapshot is not None else None
+    out: dict[str, Any] = {"now": render.iso(now), "snapshot": None}
+    if snap is not None:
+        pending = snap.pending
+        onprem = {n.name: n for n in snap.nodes_of(NodeKind.ONPREM)}
+        by_team: dict[str, int] = defaultdict(int)
+        by_project: dict[tuple[str, str], int] = defaultdict(int)
+        job_util = _job_util(deps)
+        team_util: dict[str, list[float]] = defaultdict(list)
+        project_util: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for j in snap.running:
+            if j.nodes and all(n in onprem for n in j.nodes):
+                team = policy.budgets.team_for(j.account)
+                by_team[team] += j.gpus
+                by_project[(team, j.account or "-")] += j.gpus
+                team_util[team] += job_util.get(j.job_id, [])
+                project_util[(team, j.account or "-")] += job_util.get(j.job_id, [])
+        total = sum(n.gpus for n in onprem.values())
+        util = _node_util(deps)
+        out["snapshot"] = {
+            "taken_at": render.iso(snap.taken_ts),
+            "stale": snap.stale,
+            "pending_jobs": len(pending),
+            "pending_gpus": sum(j.gpus for j in pending),
+            "oldest_wait_s": max((now - j.submit_ts for j in pending), default=0.0),
+            "running_jobs": len(snap.running),
+            "onprem_gpus": total,
+            "onprem_alloc": sum(n.gpus_alloc for n in onprem.values()),
+            "by_team": [
+                (k, n, _mean(team_util.get(k)))
+                for k, n in sorted(by_team.items(), key=lambda kv: (-kv[1], kv[0]))
+            ],
+            "by_project": [
+                (k, n, _mean(project_util.get(k)))
+                for k, n in sorted(by_project.items(), key=lambda kv: (-kv[1], kv[0]))
+            ],
+            "nodes": [
+                {
+                    "name": n.name,
+                    "gpus": n.gpus,
+                    "alloc": n.gpus_alloc,
+                    "state": str(n.state),
+                    "util_pct": util.get(n.name),
+                }
+                for n in sorted(onprem.values(), key=lambda n: n.name)
+            ],
+        }
+    counts = store.instance_counts()
+    out["instances_by_state"] = [(k, v) for k, v in sorted(counts.items()) if v]
+    b = render.budget_dict(budget_status(store, now))
+    out["burn"] = b["global"]
+    cap = b["global"]["usd_per_hour_cap"]
+    burn = Decimal(b["global"]["burn_usd_hr"])
+    out["burn_ratio"] = float(burn / Decimal(cap)) if cap not in (None, "0") else None
+    out["operator"] = render.operator_dict(store.operator_state())
+    out["pools"] = [render.pool_dict(p) for p in store.pools()]
+    out["decisions"] = [decision_row(d) for d in _decisions(deps, limit=8)]
+    return out
+
+
+def _mean(values: list[float] | None) -> float | None:
+    return round(sum(values) / len(values), 1) if values else None
+
+
+def _job_util(deps: ApiDeps) -> dict[str, list[float]]:
+    """NVML utilisation of each GPU a job has processes on, from the agents' latest payloads."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for p in deps.store.telemetry_payloads(None):
+        for g in p.payload.get("gpus", ()):
+            util = g.get("util_pct") if isinstance(g, dict) else None
+            if util is None:
+                continue
+            for job in g.get("jobs", ()):
+                out[str(job)].append(float(util))
+    return out
+
+
+def _node_util(deps: ApiDeps) -> dict[str, float]:
+    """Mean NVML utilisation per node from the latest pushed samples."""
+    out: dict[str, float] = {}
+    for t in deps.store.telemetry(None):
+        vals = [g.util_pct for g in t.gpus if g.util_pct is not None]
+        if vals:
+            out[t.node] = round(sum(vals) / len(vals), 1)
+    return out
+
+
+# --------------------------------------------------------------------------- costs
+
+
+def costs(
+    deps: ApiDeps, group_by: str, from_: str | None, to: str | None, kind: str | None
+) -> dict[str, Any]:
+    keys = parse_group_by(group_by or "team")
+    if len(keys) != 1:
+        raise ReportError("group_by: the console groups by one key at a time")
+    kinds = parse_kinds(kind)
+    f, t = window(deps, from_, to)
+    report = render.report_dict(cost_report(deps.store, keys, f, t, kinds=kinds))
+    key = keys[0]
+    # The stacked chart: one bar per day, one stack per value of the key.
+    series: dict[str, dict[str, str]] = defaultdict(dict)
+    days: list[str] = []
+    if key != "day":
+        per_day = render.report_dict(cost_report(deps.store, ("day", key), f, t, kinds=kinds))
+        days = sorted({r["day"] for r in per_day["rows"]})
+        for r in per_day["rows"]:
+            series[str(r[key])][r["day"]] = r["cost_usd"]
+    else:
+        days = [r["day"] for r in report["rows"]]
+        series["total"] = {r["day"]: r["cost_usd"] for r in report["rows"]}
+    by_kind = render.report_dict(cost_report(deps.store, ("kind",), f, t))
+    side = {"cloud": Decimal(0), "onprem": Decimal(0)}
+    for r in by_kind["rows"]:
+        side["cloud" if r["kind"] in CLOUD_SIDE else "onprem"] += Decimal(r["cost_usd"])
+    return {
+        "key": key,
+        "kind": ",".join(kinds),
+        "from": render.iso(f),
+        "to": render.iso(t),
+        "report": report,
+        "chart": {
+            "labels": days,
+            "datasets": [
+                {"label": name, "data": [float(vals.get(d, "0")) for d in days]}
+                for name, vals in sorted(series.items())
+            ],
+        },
+        "cloud_usd": f"{side['cloud']:.2f}",
+        "onprem_usd": f"{side['onprem']:.2f}",
+        "by_kind": by_kind["rows"],
+    }
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+def budgets(deps: ApiDeps) -> dict[str, Any]:
+    from provisioner.reconcile.snapshot_view import spend
+
+    store = deps.store
+    now = now_ts(deps)
+    status = budget_status(store, now)
+    data = render.budget_dict(status)
+    live = store.instances(live_only=True)
+    committed = spend(store, live, [si.instance for si in live], now).team_committed_usd
+    for t in data["teams"]:
+        t["committed_usd"] = f"{committed.get(t['team'], Decimal(0)):.6f}"
+    # The month's trajectory: cumulative cloud spend per team per day so far, then the forecast
+    # (the fleet as it runs now, kept running) to the month's end, against each team's budget.
+    if now > status.month_start_ts:
+        daily = cost_report(
+            store, ("team", "day"), status.month_start_ts, now, kinds=CLOUD_KINDS
+        ).rows
+    else:
+        daily = ()
+    days = _days(status.month_start_ts, status.month_end_ts)
+    today = datetime.fromtimestamp(now, UTC).date().isoformat()
+    burn = {t.team: t.burn_usd_hr for t in status.teams}
+    datasets = []
+    for team in sorted({str(r.key[0]) for r in daily if r.key[0]} | set(burn)):
+        per = {r.key[1]: r.cost for r in daily if r.key[0] == team}
+        running = Decimal(0)
+        actual: list[float | None] = []
+        forecast: list[float | None] = []
+        for d in days:
+            if d <= today:
+                running += per.get(d, Decimal(0))
+            actual.append(float(running) if d <= today else None)
+            if d >= today:  # at the end of that day, the fleet kept running as now
+                end_of_day = datetime.fromisoformat(d).replace(tzinfo=UTC).timestamp() + 86_400
+                hours = Decimal(repr(min(end_of_day, status.month_end_ts) - now)) / 3600
+                forecast.append(float(running + burn.get(team, Decimal(0)) * hours))
+            else:
+                forecast.append(None)
+        datasets.append({"label": team, "data": actual, "forecast": forecast})
+    data["chart"] = {
+        "labels": days,
+        "datasets": datasets,
+        "budgets": {t["team"]: float(t["monthly_usd"]) for t in data["teams"] if t["monthly_usd"]},
+    }
+    return data
+
+
+def _days(from_ts: float, to_ts: float) -> list[str]:
+    """The UTC days in [from_ts, to_ts), as ISO dates."""
+    out = []
+    d = datetime.fromtimestamp(from_ts, UTC).date()
+    while datetime.combine(d, time(0), tzinfo=UTC).timestamp() < to_ts:
+        out.append(d.isoformat())
+        d = date.fromordinal(d.toordinal() + 1)
+    return out
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def _decisions(
+    deps: ApiDeps, *, reason: str | None = None, limit: int = 200
+) -> list[dict[str, Any]]:
+    return [render.decision_dict(d) for d in deps.store.decisions(reason=reason, limit=limit)]
+
+
+def decision_row(d: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **d,
+        "words": reason_words(d["reason"]),
+        "kind": kind_of_reason(d["reason"]),
+    }
+
+
+def decisions(
+    deps: ApiDeps, job: str | None, team: str | None, reason: str | None, limit: int = 200
+) -> dict[str, Any]:
+    rows = [decision_row(d) for d in _decisions(deps, reason=reason or None, limit=limit)]
+    if job:
+        rows = [d for d in rows if job in d["job_ids"]]
+    if team:
+        rows = [d for d in rows if d["team"] == team]
+    counts = deps.store.decision_counts()
+    return {
+        "rows": rows,
+        "job": job or "",
+        "team": team or "",
+        "reason": reason or "",
+        "reasons": sorted(counts),
+        "teams": sorted({d["team"] for d in _decisions(deps, limit=1000) if d["team"]}),
+        "words": {k: reason_words(k) for k in counts},
+    }
+
+
+# --------------------------------------------------------------------------- instances
+
+
+def instances(deps: ApiDeps, limit: int = 200) -> dict[str, Any]:
+    now = now_ts(deps)
+    rows = []
+    starts: list[float] = []
+    ends: list[float] = []
+    for si in deps.store.instances(limit=limit):
+        d = render.instance_dict(si)
+        hist = si.instance.history
+        segs: list[dict[str, Any]] = []
+        for i, tr in enumerate(hist):
+            end = hist[i + 1].at_ts if i + 1 < len(hist) else (si.ended_ts or now)
+            segs.append({"state": str(tr.to_state), "from": tr.at_ts, "to": max(end, tr.at_ts)})
+        if hist:
+            starts.append(hist[0].at_ts)
+            ends.append(max(si.ended_ts or now, hist[-1].at_ts))
+        # Cost: the billed seconds at the instance's hourly price, as the ledger bills them.
+        d["cost_usd"] = f"{si.instance.price_usd_hr * Decimal(repr(si.billed_seconds)) / 3600:.2f}"
+        d["segments"] = segs
+        rows.append(d)
+    t0 = min(starts, default=now)
+    t1 = max(ends, default=now)
+    span = max(t1 - t0, 1.0)
+    for d in rows:
+        for s in d["segments"]:
+            s["left"] = round(100 * (s["from"] - t0) / span, 3)
+            s["width"] = max(round(100 * (s["to"] - s["from"]) / span, 3), 0.3)
+            s["at"] = render.iso(s["from"])
+    return {"rows": rows, "t0": render.iso(t0), "t1": render.iso(t1)}
+
+
+# --------------------------------------------------------------------------- GPUs
+
+
+def gpus(deps: ApiDeps) -> dict[str, Any]:
+    now = now_ts(deps)
+    policy = policy_of(deps)
+    waste = waste_dict(
+        gpu_waste(deps.store, policy, now, DEFAULT_MAX_AGE_S), now, DEFAULT_MAX_AGE_S
+    )
+    alerts = alerts_dict(
+        gpu_alerts(deps.store, policy, now, DEFAULT_ALERT_MAX_AGE_S), now, DEFAULT_ALERT_MAX_AGE_S
+    )
+    nodes = [render.telemetry_dict(t) for t in deps.store.telemetry(None)]
+    return {"nodes": nodes, "waste": waste, "alerts": alerts}
+
+
+# --------------------------------------------------------------------------- IaC reviews
+
+
+def iac_reviews(deps: ApiDeps, limit: int = 50) -> list[dict[str, Any]]:
+    out = []
+    for d in _decisions(deps, limit=1000):
+        review = d.get("iac_review")
+        if review:
+            body = review["body"]
+            if review["format"] == "json" and isinstance(body, str):
+                with contextlib.suppress(ValueError):  # not JSON after all: shown as text
+                    body = json.loads(body)
+            out.append({"decision": d, "format": review["format"], "body": body})
+            if len(out) >= limit:
+                break
+    return out

@@ -1,0 +1,37 @@
+"""Decision reasons in words, for the console and the terminal reports (a rendering only:
+the reason codes stay the record)."""
+
+from __future__ import annotations
+
+from provisioner.domain.plan import ReasonCode
+
+REASON_WORDS: dict[str, str] = {
+    ReasonCode.BURST_WAIT_EXCEEDS_BUDGET: "Burst: the predicted on-prem wait is longer than "
+    "the job's waiting budget",
+    ReasonCode.BURST_URGENT: "Burst: the job is urgent",
+    ReasonCode.WAIT_WITHIN_BUDGET: "Wait: on-prem will start it within its waiting budget",
+    ReasonCode.WAIT_FASTER_THAN_BOOT: "Wait: on-prem frees up before a cloud node could boot",
+    ReasonCode.COVERED_BY_INFLIGHT: "Wait: capacity already requested covers it",
+    ReasonCode.BLOCKED_NO_OFFER: "Blocked: no cloud offer fits the job",
+    ReasonCode.BLOCKED_POOL_MAX: "Blocked: the pool is at its maximum size",
+    ReasonCode.BLOCKED_BACKOFF: "Blocked: the offer is backing off after a capacity error",
+    ReasonCode.BLOCKED_GLOBAL_BUDGET: "Blocked: the global $/h cap would be exceeded",
+    ReasonCode.BLOCKED_TEAM_BUDGET: "Blocked: the team's monthly budget would be exceeded",
+    ReasonCode.BLOCKED_STALE_SNAPSHOT: "Blocked: the cluster view is stale",
+    ReasonCode.BLOCKED_PAUSED: "Blocked: bursting is paused by an operator",
+    ReasonCode.SCALE_DOWN_IDLE: "Scale down: the node is idle",
+    ReasonCode.TERMINATE_DRAINED: "Terminate: the node is drained",
+    ReasonCode.KEEP_GPU_BUSY: "Keep: the node's GPUs are busy",
+    ReasonCode.JOIN_TIMEOUT: "Give up: the node did not join Slurm in time",
+}
+
+
+def reason_words(code: str) -> str:
+    return REASON_WORDS.get(code, code.replace("_", " "))
+
+
+def kind_of_reason(code: str) -> str:
+    head = code.split("_", 1)[0]
+    return {"burst": "burst", "wait": "wait", "covered": "wait", "blocked": "block"}.get(
+        head, "other"
+    )

@@ -1,0 +1,1 @@
+"""`provisioner costs|budgets|decisions`: the console's reports as terminal tables."""

@@ -1,0 +1,159 @@
+"""`provisioner costs`, `provisioner budgets`, `provisioner decisions`: the same reports as the
+console, read from the API with a token, printed as rich tables, or as JSON / CSV for scripts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Annotated, Any
+
+import typer
+
+UrlOpt = Annotated[
+    str,
+    typer.Option("--url", envvar="PROVISIONER_URL", help="The API's address."),
+]
+TokenOpt = Annotated[
+    str,
+    typer.Option(
+        "--token",
+        envvar="PROVISIONER_TOKEN",
+        help="A viewer (or higher) API token.",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+CsvOpt = Annotated[bool, typer.Option("--csv", help="Print CSV.")]
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def _emit(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    raw: Any,
+    as_json: bool,
+    as_csv: bool,
+    numeric: Sequence[str] = (),
+) -> None:
+    if as_json and as_csv:
+        raise typer.BadParameter("give --json or --csv, not both")
+    if as_json:
+        typer.echo(json.dumps(raw, indent=2))
+        return
+    if as_csv:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows(["" if v is None else v for v in r] for r in rows)
+        typer.echo(buf.getvalue(), nl=False)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for c in columns:
+        t.add_column(c, justify="right" if c in numeric else "left")
+    for r in rows:
+        t.add_row(*("—" if v is None else str(v) for v in r))
+    Console().print(t)
+
+
+def costs(
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = "",
+    group_by: Annotated[str, typer.Option("--group-by", help="e.g. team,kind")] = "team",
+    from_: Annotated[str, typer.Option("--from", help="ISO date or date-time (UTC).")] = "",
+    to: Annotated[str, typer.Option("--to", help="ISO date or date-time (UTC).")] = "",
+    kind: Annotated[str, typer.Option("--kind", help="job, idle, onprem, energy")] = "",
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+) -> None:
+    """Cost report grouped by team, account, user, partition, cloud, region, pool, kind, day."""
+    from provisioner.reportcli.client import get_json
+
+    data = get_json(
+        url, token, "/v1/costs", {"group_by": group_by, "from": from_, "to": to, "kind": kind}
+    )
+    keys = list(data["group_by"])
+    rows = [[r[k] for k in keys] + [r["cost_usd"], r["ledger_rows"]] for r in data["rows"]]
+    _emit(
+        f"Costs {data['from']} to {data['to']}: total ${Decimal(data['total_usd']):,.2f}",
+        [*keys, "cost_usd", "ledger_rows"],
+        rows,
+        data,
+        as_json,
+        as_csv,
+        numeric=("cost_usd", "ledger_rows"),
+    )
+
+
+def budgets(
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = "",
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+) -> None:
+    """Budget status per team: spent, burn, forecast and headroom this month."""
+    from provisioner.reportcli.client import get_json
+
+    data = get_json(url, token, "/v1/budgets", {})
+    cols = ["team", "monthly_usd", "spent_usd", "burn_usd_hr", "forecast_usd", "headroom_usd"]
+    rows = [[t[c] for c in cols] for t in data["teams"]]
+    g = data["global"]
+    _emit(
+        f"Budgets, month from {data['month_start']}: burn {g['burn_usd_hr']} $/h "
+        f"of cap {g['usd_per_hour_cap']}",
+        cols,
+        rows,
+        data,
+        as_json,
+        as_csv,
+        numeric=cols[1:],
+    )
+
+
+def decisions(
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = "",
+    reason: Annotated[str, typer.Option("--reason", help="Only this reason code.")] = "",
+    job: Annotated[str, typer.Option("--job", help="Only decisions about this job.")] = "",
+    team: Annotated[str, typer.Option("--team", help="Only this team's decisions.")] = "",
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+) -> None:
+    """Planner decisions, newest first, with the reason in words and the chosen offer."""
+    from provisioner.plan.reasons import reason_words
+    from provisioner.reportcli.client import get_json
+
+    data = get_json(url, token, "/v1/decisions", {"reason": reason, "limit": limit})
+    if job:
+        data = [d for d in data if job in d["job_ids"]]
+    if team:
+        data = [d for d in data if d["team"] == team]
+    cols = ["created_at", "decision_id", "reason", "why", "jobs", "team", "chosen"]
+    rows = [
+        [
+            d["created_at"],
+            d["decision_id"],
+            d["reason"],
+            reason_words(d["reason"]),
+            " ".join(d["job_ids"]),
+            d["team"],
+            d["chosen"],
+        ]
+        for d in data
+    ]
+    _emit(f"{len(rows)} decision(s)", cols, rows, data, as_json, as_csv)
+
+
+def register(app: typer.Typer) -> None:
+    from provisioner.cli import friendly_errors
+
+    app.command("costs")(friendly_errors(costs))
+    app.command("budgets")(friendly_errors(budgets))
+    app.command("decisions")(friendly_errors(decisions))

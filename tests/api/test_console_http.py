@@ -1,0 +1,286 @@
+"""The web console over HTTP (no browser): sign-in, cookie flags, roles, CSRF, every page, and
+the figures a page shows against the JSON API's for the same query."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+import pytest
+from api_helpers import Env
+
+PAGES = ("/", "/costs", "/budgets", "/decisions", "/instances", "/gpus", "/iac", "/whatif")
+
+
+def sign_in(env: Env, role: str) -> str:
+    env.client.cookies.clear()
+    r = env.client.post(
+        "/login", data={"token": env.tokens[role], "next": "/"}, follow_redirects=False
+    )
+    assert r.status_code == 303, r.text
+    return r.headers["set-cookie"]
+
+
+def csrf_of(env: Env) -> str:
+    page = env.client.get("/").text
+    m = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert m
+    return m.group(1)
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_pages_need_a_session(env: Env, path):
+    env.client.cookies.clear()
+    r = env.client.get(path, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"].startswith("/login?next=")
+    # A bearer token in a header does not open pages: the console is cookie-only.
+    r = env.client.get(
+        path, headers={"Authorization": f"Bearer {env.tokens['admin']}"}, follow_redirects=False
+    )
+    assert r.status_code == 303
+
+
+def test_sign_in_sets_an_httponly_strict_cookie_and_never_echoes_the_token(env: Env):
+    cookie = sign_in(env, "viewer")
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+    assert env.tokens["viewer"] not in cookie
+    page = env.client.get("/")
+    assert page.status_code == 200 and env.tokens["viewer"] not in page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+
+
+@pytest.mark.parametrize("role", ["revoked", "nonsense"])
+def test_bad_tokens_are_refused(env: Env, role):
+    env.client.cookies.clear()
+    token = env.tokens.get(role, "pbt_0123456789ab_" + "x" * 30)
+    r = env.client.post("/login", data={"token": token}, follow_redirects=False)
+    assert r.status_code == 200 and "not valid" in r.text and 'id="login-form"' in r.text
+    assert "set-cookie" not in r.headers
+
+
+def test_sign_in_never_redirects_off_site(env: Env):
+    env.client.cookies.clear()
+    r = env.client.post(
+        "/login",
+        data={"token": env.tokens["viewer"], "next": "//evil.example/x"},
+        follow_redirects=False,
+    )
+    assert r.headers["location"] == "/"
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_renders_for_a_viewer(env: Env, path):
+    sign_in(env, "viewer")
+    r = env.client.get(path)
+    assert r.status_code == 200, r.text[:2000]
+    assert "<h1>" in r.text
+    assert 'id="operator-actions"' not in r.text
+
+
+def test_viewer_cannot_pause_even_with_its_csrf_token(fresh: Env):
+    sign_in(fresh, "viewer")
+    r = fresh.client.post("/actions/pause", data={"csrf": csrf_of(fresh)}, follow_redirects=False)
+    assert r.status_code == 403
+    assert fresh.store.operator_state().paused is False
+
+
+def test_operator_pause_needs_the_csrf_token(fresh: Env):
+    sign_in(fresh, "operator")
+    assert 'id="operator-actions"' in fresh.client.get("/").text
+    r = fresh.client.post("/actions/pause", data={"reason": "x"}, follow_redirects=False)
+    assert r.status_code == 403
+    r = fresh.client.post(
+        "/actions/pause", data={"csrf": "wrong", "reason": "x"}, follow_redirects=False
+    )
+    assert r.status_code == 403
+    assert fresh.store.operator_state().paused is False
+    r = fresh.client.post(
+        "/actions/pause",
+        data={"csrf": csrf_of(fresh), "reason": "maintenance"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+    state = fresh.store.operator_state()
+    assert state.paused and state.reason == "maintenance" and "operator-bot" in state.updated_by
+    assert "Paused" in fresh.client.get("/").text
+    r = fresh.client.post("/actions/resume", data={"csrf": csrf_of(fresh)}, follow_redirects=False)
+    assert r.status_code == 303 and fresh.store.operator_state().paused is False
+
+
+def test_operator_drains_and_undrains_a_pool(fresh: Env):
+    sign_in(fresh, "operator")
+    pool = fresh.store.pools()[0].name
+    csrf = csrf_of(fresh)
+    r = fresh.client.post(f"/actions/pools/{pool}/drain", data={"csrf": csrf})
+    assert r.status_code == 200  # followed the redirect to the overview
+    assert fresh.store.pool(pool).drained is True
+    fresh.client.post(f"/actions/pools/{pool}/undrain", data={"csrf": csrf})
+    assert fresh.store.pool(pool).drained is False
+    r = fresh.client.post("/actions/pools/nope/drain", data={"csrf": csrf})
+    assert r.status_code == 404
+
+
+def test_revoking_the_token_ends_its_sessions(fresh: Env):
+    sign_in(fresh, "viewer")
+    assert fresh.client.get("/", follow_redirects=False).status_code == 200
+    token_id = fresh.tokens["viewer"].split("_")[1]
+    fresh.store.revoke_token(token_id, 1.0)
+    assert fresh.client.get("/", follow_redirects=False).status_code == 303
+
+
+def test_sign_out_needs_csrf_and_ends_the_session(fresh: Env):
+    sign_in(fresh, "viewer")
+    assert fresh.client.post("/logout", data={}).status_code == 403
+    r = fresh.client.post("/logout", data={"csrf": csrf_of(fresh)}, follow_redirects=False)
+    assert r.status_code == 303
+    assert fresh.client.get("/", follow_redirects=False).status_code == 303
+
+
+def test_cost_page_shows_the_apis_figures(env: Env):
+    sign_in(env, "viewer")
+    h = {"Authorization": f"Bearer {env.tokens['viewer']}"}
+    for key in ("team", "kind", "pool", "day"):
+        page = env.client.get("/costs", params={"group_by": key}).text
+        f = re.search(r'data-from="([^"]+)"', page).group(1)
+        t = re.search(r'data-to="([^"]+)"', page).group(1)
+        api = env.client.get(
+            "/v1/costs", params={"group_by": key, "from": f, "to": t}, headers=h
+        ).json()
+        shown = re.findall(r'<td class="key">([^<]*)</td><td class="num" data-usd="([^"]+)"', page)
+        assert shown == [(str(r[key]), r["cost_usd"]) for r in api["rows"]]
+        assert f'data-usd="{api["total_usd"]}"' in page
+        assert sum(Decimal(v) for _, v in shown) == Decimal(api["total_usd"])
+
+
+def test_cost_page_reports_bad_parameters(env: Env):
+    sign_in(env, "viewer")
+    r = env.client.get("/costs", params={"group_by": "colour"})
+    assert r.status_code == 400 and "group_by" in r.text
+    r = env.client.get("/costs", params={"from": "yesterday"})
+    assert r.status_code == 400 and "from" in r.text
+
+
+def test_csv_download_equals_the_api_csv(env: Env):
+    sign_in(env, "viewer")
+    h = {"Authorization": f"Bearer {env.tokens['viewer']}"}
+    q = {"group_by": "team,kind", "from": "2020-01-01", "to": "2100-01-01"}
+    got = env.client.get("/costs.csv", params=q)
+    want = env.client.get("/v1/costs", params={**q, "format": "csv"}, headers=h)
+    assert got.status_code == 200 and got.text == want.text
+    focus = env.client.get("/focus.csv")
+    assert focus.status_code == 200 and focus.text.startswith("BilledCost,")
+
+
+def test_iac_review_page_shows_the_stored_review(env: Env):
+    sign_in(env, "viewer")
+    page = env.client.get("/iac").text
+    assert "aws:autoscaling:Group burst-aws-a100" in page and 'data-decision="d-1"' in page
+
+
+def test_static_assets_are_served_with_their_licences(env: Env):
+    for path in (
+        "/static/vendor/chart-4.6.1.umd.min.js",
+        "/static/vendor/htmx-2.0.11.min.js",
+        "/static/vendor/chart-4.6.1.LICENSE.md",
+        "/static/vendor/htmx-2.0.11.LICENSE",
+        "/static/console.js",
+        "/static/console.css",
+    ):
+        r = env.client.get(path)
+        assert r.status_code == 200 and len(r.content) > 500, path
+
+
+def test_overview_shows_who_uses_the_onprem_gpus_with_their_nvml_load(tmp_path):
+    """Per team and project: GPUs allocated by Slurm (on-prem jobs only) and the mean NVML load
+    of the GPUs their processes run on; expected figures computed here by hand."""
+    from datetime import UTC, datetime
+
+    from api_helpers import NOW, POLICY
+    from fastapi.testclient import TestClient
+
+    from provisioner.api.app import ApiDeps, create_app
+    from provisioner.api.auth import create_token
+    from provisioner.clock import ManualClock
+    from provisioner.domain.jobs import Job, JobState
+    from provisioner.domain.nodes import Node, NodeKind, NodeState
+    from provisioner.domain.snapshot import ClusterSnapshot
+    from provisioner.observe.gpu_load import record_payload
+    from provisioner.observe.gpu_telemetry import GpuReading, GpuTelemetry
+    from provisioner.reconcile.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'o.sqlite'}")
+    run = dict(state=JobState.RUNNING, start_ts=NOW - 100)
+    snap = ClusterSnapshot(
+        taken_ts=NOW,
+        jobs=(
+            Job("1", 4, NOW - 500, account="vision", nodes=("gpu-01",), **run),
+            Job("2", 2, NOW - 500, account="vision", nodes=("gpu-01",), **run),
+            Job("3", 8, NOW - 500, account="nlp", nodes=("gpu-02",), **run),
+            Job("4", 8, NOW - 500, account="nlp", nodes=("cloud-1",), **run),  # not on-prem
+            Job("5", 2, NOW - 900, account="nlp"),  # pending
+        ),
+        nodes=(
+            Node("gpu-01", NodeKind.ONPREM, 8, 6, state=NodeState.MIXED),
+            Node("gpu-02", NodeKind.ONPREM, 8, 8, state=NodeState.ALLOCATED),
+            Node("cloud-1", NodeKind.BURST, 8, 8, state=NodeState.ALLOCATED),
+        ),
+    )
+    utils = {0: (90.0, "1"), 1: (70.0, "1"), 2: (10.0, "2")}
+    payload = GpuTelemetry(
+        node="gpu-01",
+        sampled_ts=NOW - 5,
+        gpus=tuple(
+            GpuReading(index=i, uuid=f"GPU-{i}", util_pct=u, jobs=(j,))
+            for i, (u, j) in utils.items()
+        ),
+    )
+    store.upsert_telemetry("gpu-01", payload.to_gpu_samples(), NOW)
+    record_payload(store, payload, NOW, POLICY)
+    deps = ApiDeps(
+        store=store,
+        clock=ManualClock(datetime.fromtimestamp(NOW, UTC)),
+        snapshot=lambda: snap,
+        policy=POLICY,
+    )
+    client = TestClient(create_app(deps))
+    token = create_token(store, "viewer", "v", NOW)
+    client.post("/login", data={"token": token})
+    page = client.get("/").text
+    teams = re.findall(
+        r'<tr data-team="([^"]+)"><td>[^<]*</td><td class="num" data-field="gpus">(\d+)</td>'
+        r'<td class="num">([^<]*)</td>',
+        page,
+    )
+    # vision: jobs 1 (4 GPUs) + 2 (2 GPUs); load (90 + 70 + 10) / 3 = 56.7 %. nlp: job 3 only.
+    assert teams == [("nlp", "8", "—"), ("vision", "6", "57%")]
+    assert 'id="pending-jobs">1<' in page and 'id="pending-gpus">2<' in page
+    assert 'id="onprem-alloc">14 / 16<' in page
+    client.close()
+    store.close()
+
+
+def test_text_from_the_store_is_escaped(fresh: Env):
+    sign_in(fresh, "operator")
+    fresh.client.post(
+        "/actions/pause", data={"csrf": csrf_of(fresh), "reason": "<script>alert(1)</script>"}
+    )
+    page = fresh.client.get("/").text
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_cross_site_posts_are_refused(fresh: Env):
+    r = fresh.client.post(
+        "/login",
+        data={"token": fresh.tokens["viewer"]},
+        headers={"Origin": "http://evil.example"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 403 and "set-cookie" not in r.headers
+    r = fresh.client.post(
+        "/login",
+        data={"token": fresh.tokens["viewer"]},
+        headers={"Origin": "http://testserver"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303

@@ -1,0 +1,312 @@
+"""Every console page on the demo's data, compared with the API for the same query.
+
+The store is the demo's, once stopped, served with a clock frozen at the demo's last simulated
+instant (`finished` in conftest): every date on the pages and in the queries below comes from that
+clock or from the API's answers, none from the wall clock.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from decimal import Decimal
+
+import pytest
+
+from tests.browser.conftest import REPO, Console, Served, api
+
+# Generous: the session fixtures start, run and stop the demo on a possibly loaded machine.
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
+
+PAGES = ("/", "/costs", "/budgets", "/decisions", "/instances", "/gpus", "/iac", "/whatif")
+
+
+@pytest.fixture
+def viewer(browser, finished: Served):
+    c = Console(browser, finished.url)
+    c.sign_in(finished.viewer)
+    yield c
+    assert c.errors == [], c.errors  # no error in the browser's console on any page visited
+    c.close()
+
+
+def _cells(page, selector: str) -> list[list[str]]:
+    return page.eval_on_selector_all(
+        selector + " tbody tr",
+        "rows => rows.map(r => Array.from(r.cells)"
+        ".map(td => td.dataset.usd ?? td.textContent.trim()))",
+    )
+
+
+def test_the_default_cost_window_is_this_month_by_the_controllers_clock(
+    viewer: Console, finished: Served
+):
+    page = viewer.goto("/costs")
+    now = api(finished.url, finished.viewer, "/v1/status")["now"]
+    assert page.get_attribute("#cost-window", "data-to") == now
+    assert page.get_attribute("#cost-window", "data-from") == now[:8] + "01T00:00:00Z"
+
+
+def test_every_page_renders_the_demos_data_with_no_browser_error(browser, finished: Served):
+    for role, token in (("viewer", finished.viewer), ("operator", finished.operator)):
+        c = Console(browser, finished.url)
+        try:
+            c.sign_in(token)
+            for path in PAGES:
+                page = c.goto(path)
+                assert page.locator("h1").count() == 1
+                assert page.locator("nav a.active").count() == 1
+                name = path.strip("/") or "overview"
+                c.shot(f"{name}-{role}")
+            # The operator's forms show for the operator only.
+            page = c.goto("/")
+            assert page.locator("#operator-actions").count() == (1 if role == "operator" else 0)
+            assert c.errors == [], c.errors
+        finally:
+            c.close()
+
+
+@pytest.mark.parametrize("key", ["team", "account", "pool", "cloud", "kind", "day"])
+def test_cost_page_equals_the_api_for_the_same_query(viewer: Console, finished: Served, key):
+    page = viewer.goto(f"/costs?group_by={key}&from={finished.first_day}")
+    win = page.locator("#cost-window")
+    f, t = win.get_attribute("data-from"), win.get_attribute("data-to")
+    assert f == f"{finished.first_day}T00:00:00Z"
+    # The window ends by default at the controller's clock (the demo's last instant), not wall time.
+    assert t == api(finished.url, finished.viewer, "/v1/status")["now"]
+    want = api(finished.url, finished.viewer, "/v1/costs", group_by=key, **{"from": f, "to": t})
+    assert want["rows"], "the demo recorded no cost"
+    shown = {row[0]: row[1] for row in _cells(page, "#cost-table")}
+    assert shown == {str(r[key]): r["cost_usd"] for r in want["rows"]}
+    assert page.get_attribute("#cost-total", "data-usd") == want["total_usd"]
+    # The table's rows add up to the total shown (hand sum, outside the product).
+    assert sum(Decimal(v) for v in shown.values()) == Decimal(want["total_usd"])
+    # The chart got one stack per key value and drew without error.
+    chart = json.loads(page.inner_text("#cost-data"))
+    if key != "day":
+        assert {s["label"] for s in chart["datasets"]} == set(shown)
+    assert page.locator("#cost-chart").bounding_box()["height"] > 100
+
+
+def test_cloud_and_onprem_sit_side_by_side_and_downloads_match(viewer: Console, finished: Served):
+    page = viewer.goto(f"/costs?group_by=kind&from={finished.first_day}")
+    f = page.get_attribute("#cost-window", "data-from")
+    t = page.get_attribute("#cost-window", "data-to")
+    by_kind = api(
+        finished.url, finished.viewer, "/v1/costs", group_by="kind", **{"from": f, "to": t}
+    )
+    kinds = {r["kind"]: Decimal(r["cost_usd"]) for r in by_kind["rows"]}
+    cloud = kinds.get("job", Decimal(0)) + kinds.get("idle", Decimal(0))
+    onprem = kinds.get("onprem", Decimal(0)) + kinds.get("energy", Decimal(0))
+    assert cloud > 0 and onprem > 0, kinds
+    assert page.inner_text("#cost-cloud") == f"${cloud:,.2f}"
+    assert page.inner_text("#cost-onprem") == f"${onprem:,.2f}"
+
+    with page.expect_download() as dl:
+        page.click("#download-csv")
+    got = dl.value.path().read_text()
+    import httpx
+
+    want = httpx.get(
+        f"{finished.url}/v1/costs",
+        params={"group_by": "kind", "from": f, "to": t, "format": "csv"},
+        headers={"Authorization": f"Bearer {finished.viewer}"},
+        timeout=60,
+    ).text
+    assert got == want
+
+    with page.expect_download() as dl:
+        page.click("#download-focus")
+    rows = list(csv.DictReader(io.StringIO(dl.value.path().read_text())))
+    assert rows and all(r["BillingCurrency"] == "USD" for r in rows)
+    assert {r["x_CostKind"] for r in rows} == set(kinds)
+    # The FOCUS rows of the window add up to the window's total (hand sum of BilledCost).
+    assert sum(Decimal(r["BilledCost"]) for r in rows) == cloud + onprem
+
+
+def test_the_demos_focus_export_passes_both_validators(viewer: Console, finished: Served, tmp_path):
+    """The console's FOCUS download of the demo: focus-validator 2.2.1 (FOCUS 1.2 rules) fails
+    nothing but the model's self-contradicting InvoiceId-C-005-C; 1.0.0 fails nothing."""
+    from focus_check import (
+        require_validator,
+        require_validator_1_2,
+        validate_focus,
+        validate_focus_1_2,
+        validator_site,
+    )
+
+    page = viewer.goto(f"/costs?from={finished.first_day}")
+    with page.expect_download() as dl:
+        page.click("#download-focus")
+    data = tmp_path / "focus.csv"
+    data.write_text(dl.value.path().read_text())
+    counts = validate_focus_1_2(require_validator_1_2(), data, tmp_path / "r12.xml")
+    assert counts["tests"] == 578 and counts["passed"] >= 130
+    exe = require_validator()
+    validate_focus(exe, data, tmp_path / "r10.xml", validator_site(exe))
+
+
+def test_budget_page_equals_the_api(viewer: Console, finished: Served):
+    page = viewer.goto("/budgets")
+    want = api(finished.url, finished.viewer, "/v1/budgets")
+    assert want["teams"], "the demo has no team budget"
+    for t in want["teams"]:
+        row = page.locator(f"#budget-table tr[data-team='{t['team']}']")
+        for field in ("spent_usd", "forecast_usd", "headroom_usd", "burn_usd_hr", "monthly_usd"):
+            shown = row.locator(f"td[data-field={field}]").get_attribute("data-usd")
+            assert shown == (t[field] or ""), (t["team"], field)
+    # The trajectory covers the month; its last actual point is each team's spend so far and
+    # its last forecast point the API's forecast.
+    chart = json.loads(page.inner_text("#budget-data"))
+    assert chart["labels"][0] == want["month_start"][:10]
+    assert len(chart["labels"]) >= 28
+    teams = {t["team"]: t for t in want["teams"]}
+    for s in chart["datasets"]:
+        actual = [v for v in s["data"] if v is not None]
+        spent = Decimal(teams[s["label"]]["spent_usd"])
+        assert abs(Decimal(repr(actual[-1])) - spent) < Decimal("0.01")
+        forecast = Decimal(teams[s["label"]]["forecast_usd"])
+        assert abs(Decimal(repr(s["forecast"][-1])) - forecast) < Decimal("0.01")
+
+
+def test_decisions_page_lists_and_filters_like_the_api(viewer: Console, finished: Served):
+    page = viewer.goto("/decisions")
+    want = api(finished.url, finished.viewer, "/v1/decisions", limit=200)
+    shown = page.eval_on_selector_all(
+        "#decision-table tr[data-decision]", "rows => rows.map(r => r.dataset.decision)"
+    )
+    assert shown == [d["decision_id"] for d in want]
+    burst = next(d for d in want if d["reason"].startswith("burst"))
+    # Filter by reason (the form, as a person would).
+    page.select_option("#filter-reason", burst["reason"])
+    with page.expect_navigation():
+        page.click("#decision-filters button")
+    only = api(finished.url, finished.viewer, "/v1/decisions", reason=burst["reason"], limit=200)
+    shown = page.eval_on_selector_all(
+        "#decision-table tr[data-decision]", "rows => rows.map(r => r.dataset.decision)"
+    )
+    assert shown == [d["decision_id"] for d in only]
+    row = page.locator(f"tr[data-decision='{burst['decision_id']}']")
+    assert "waiting budget" in row.inner_text() or "urgent" in row.inner_text()
+    # The alternatives are listed with their $/h.
+    assert "/h" in page.locator("tr.alts").first.inner_text()
+    # Filter by job.
+    job = burst["job_ids"][0]
+    page = viewer.goto(f"/decisions?job={job}")
+    shown = page.eval_on_selector_all(
+        "#decision-table tr[data-decision]", "rows => rows.map(r => r.dataset.decision)"
+    )
+    everything = api(finished.url, finished.viewer, "/v1/decisions", limit=1000)
+    assert shown == [d["decision_id"] for d in everything if job in d["job_ids"]][: len(shown)]
+    assert burst["decision_id"] in shown
+
+
+def test_instances_page_shows_each_lifecycle_and_its_cost(viewer: Console, finished: Served):
+    page = viewer.goto("/instances")
+    want = api(finished.url, finished.viewer, "/v1/instances", limit=200)
+    assert want
+    for inst in want:
+        row = page.locator(f"tr[data-instance='{inst['instance_id']}']")
+        assert row.count() == 1
+        # One timeline segment per state the instance went through.
+        assert row.locator(".seg").count() == len(inst["history"])
+        # Cost: hourly price x billed seconds (computed here by hand from the API's figures).
+        cost = Decimal(inst["price_usd_hr"]) * Decimal(repr(inst["billed_seconds"])) / 3600
+        shown = row.locator("td[data-field=cost_usd]").get_attribute("data-usd")
+        assert shown == f"{cost:.2f}"
+    ended = [i for i in want if i["state"] == "terminated"]
+    assert ended and ended[0]["history"][0]["to"] == "requested"
+
+
+def test_gpu_page_equals_the_api(viewer: Console, finished: Served):
+    page = viewer.goto("/gpus")
+    waste = api(finished.url, finished.viewer, "/v1/gpus/waste")
+    alerts = api(finished.url, finished.viewer, "/v1/gpus/alerts")
+    assert page.inner_text("#waste-gpus") == str(waste["gpus"])
+    assert page.inner_text("#alert-count") == str(len(alerts["alerts"]))
+    telemetry = api(finished.url, finished.viewer, "/v1/telemetry")
+    assert telemetry, "the demo's nodes pushed no GPU sample"
+    rows = page.locator("#gpu-table tbody tr")
+    assert rows.count() == sum(len(t["gpus"]) for t in telemetry)
+    for t in telemetry:
+        for g in t["gpus"]:
+            cell = page.locator(
+                f"tr[data-node='{t['node']}'][data-gpu='{g['index']}'] td[data-field=util_pct]"
+            )
+            assert cell.inner_text() == f"{g['util_pct']}%"
+
+
+def test_iac_page_renders_the_stored_reviews(viewer: Console, finished: Served):
+    page = viewer.goto("/iac")
+    decisions = api(finished.url, finished.viewer, "/v1/decisions", limit=1000)
+    reviewed = [d for d in decisions if d["iac_review"]]
+    assert reviewed, "the demo stored no IaC review"
+    for d in reviewed:
+        card = page.locator(f".iac-review[data-decision='{d['decision_id']}']")
+        assert card.count() == 1
+        body = json.loads(d["iac_review"]["body"])
+        assert card.locator("[data-field=verdict]").inner_text() == body["verdict"]
+        text = card.inner_text()
+        for res in body["pools"][0]["resources"]:
+            assert res["name"] in text  # the diff lists every resource
+        for pol in body["policies"]:
+            assert pol["name"] in text  # and every policy's verdict
+
+
+def test_what_if_loads_the_simulator_json(viewer: Console, tmp_path):
+    out = tmp_path / "sim.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provisioner.cli",
+            "simulate",
+            "--onprem-gpus",
+            "64",
+            "--policy",
+            "default",
+            "--policy",
+            "never",
+            "--policy",
+            "immediate",
+            "--json",
+            str(out),
+            "--no-progress",
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    results = json.loads(out.read_text())
+    page = viewer.goto("/whatif")
+    page.set_input_files("#whatif-file", str(out))
+    page.wait_for_selector("body[data-whatif='loaded']")
+    policies = page.eval_on_selector_all(
+        "#whatif-table tbody tr", "rows => rows.map(r => r.dataset.policy)"
+    )
+    assert policies == [r["policy"] for r in results]
+    cost = page.locator("#whatif-table tbody tr").first.locator("td").nth(2).inner_text()
+    assert cost == f"${results[0]['cloud_cost_usd']:,.2f}"
+    # The simulator wrote each policy's cloud GPUs over time: they are charted as such.
+    assert any(r["cloud_gpus_over_time"] for r in results)
+    assert page.inner_text("#whatif-gpus-title") == "Cloud GPUs over time"
+    viewer.shot("whatif-loaded")
+    # The bundled example (the same command's output, shipped with the console) loads too.
+    page.click("#whatif-example")
+    page.wait_for_selector("body[data-whatif='example']")
+    example = json.loads((REPO / "provisioner/api/console/static/whatif-example.json").read_text())
+    policies = page.eval_on_selector_all(
+        "#whatif-table tbody tr", "rows => rows.map(r => r.dataset.policy)"
+    )
+    assert policies == [r["policy"] for r in example]
+    viewer.shot("whatif-example")
+    # A wrong file is refused with its name in the message.
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"not": "a simulation"}')
+    page.set_input_files("#whatif-file", str(bad))
+    page.wait_for_selector("#whatif-error:not([hidden])")
+    assert "bad.json" in page.inner_text("#whatif-error")
