@@ -218,9 +218,14 @@ def plan_adoptions(
 
 def _adopted(o: OwnedInstance, it: Intent, now_ts: float) -> CloudInstance:
     running = o.state is CloudState.RUNNING
-    # A pending intent is one a crashed pass left behind: the machine may have run since then,
-    # so billing starts at the intent (over-counting the gap rather than missing it).
-    alloc_ts = it.created_ts if it.status == "pending" else max(now_ts, it.created_ts)
+    # Billing starts at the cloud's own launch time: a crash between the launch and this
+    # adoption must not lose the time in between (the soak found a tick missing). Without one,
+    # a pending intent (left by a crashed pass) starts at the intent, over-counting the gap
+    # rather than missing it.
+    if o.launched_ts > 0:
+        alloc_ts = max(o.launched_ts, it.created_ts)
+    else:
+        alloc_ts = it.created_ts if it.status == "pending" else max(now_ts, it.created_ts)
     history = [Transition(None, S.REQUESTED, it.created_ts, f"scale-up intent {it.token[:8]}")]
     if running:
         history.append(Transition(S.REQUESTED, S.ALLOCATED, alloc_ts, "cloud reports running"))

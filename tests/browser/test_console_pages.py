@@ -99,7 +99,10 @@ def test_cloud_and_onprem_sit_side_by_side_and_downloads_match(viewer: Console, 
         finished.url, finished.viewer, "/v1/costs", group_by="kind", **{"from": f, "to": t}
     )
     kinds = {r["kind"]: Decimal(r["cost_usd"]) for r in by_kind["rows"]}
-    cloud = kinds.get("job", Decimal(0)) + kinds.get("idle", Decimal(0))
+    # the cloud kinds: job, idle, and time with no Slurm node behind it (unbound, orphan)
+    cloud = sum(
+        (kinds.get(k, Decimal(0)) for k in ("job", "idle", "unbound", "orphan")), Decimal(0)
+    )
     onprem = kinds.get("onprem", Decimal(0)) + kinds.get("energy", Decimal(0))
     assert cloud > 0 and onprem > 0, kinds
     assert page.inner_text("#cost-cloud") == f"${cloud:,.2f}"

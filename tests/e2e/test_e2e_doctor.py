@@ -26,6 +26,8 @@ def env_for(cluster: Cluster, moto, tmp_path: Path, policies: Path) -> dict[str,
     env.update(
         {
             "SLURM_CONF": cluster.env["SLURM_CONF"],
+            # 24.11 runs in its root: its own commands (the host's 22.05 ones can't talk to it)
+            "PROVISIONER_SLURM_BIN_DIR": cluster.env.get("PROVISIONER_SLURM_BIN_DIR", ""),
             "PROVISIONER_POLICIES": str(policies),
             "PROVISIONER_SLURM_MODE": "cli",
             "PROVISIONER_STORE_URL": f"sqlite:///{tmp_path / 'ctl.sqlite'}",

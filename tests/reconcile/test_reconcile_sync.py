@@ -114,6 +114,7 @@ def test_adopts_an_unknown_tagged_instance_into_the_intent_that_launched_it():
         8,
     )
     assert [t.to_state for t in inst.history] == [S.REQUESTED, S.ALLOCATED]
+    assert inst.history[-1].at_ts == NOW - 30  # billed from the cloud's launch, not adoption
     # i-2 has no intent: an orphan, swept only after the grace period
     assert p.kills == ()
     later = sync(own=[owned("i-2", launched=NOW - 500)], intents=[])

@@ -3,6 +3,8 @@ busy with jobs succeeds at once; it used to wait 60 s for them to be idle and fa
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import time
 
@@ -25,8 +27,16 @@ def test_slurm_up_tolerates_busy_onprem_nodes(cluster: Cluster):
 
     cluster.wait("both on-prem nodes running a job", busy, timeout=90)
     t0 = time.monotonic()
+    # the cluster's own series and ports, as `make slurm-up` starts it (never the defaults)
+    conf = (cluster.dir / "etc" / "slurm.conf").read_text()
+    port = re.search(r"^SlurmctldPort=(\d+)", conf, re.M)
+    assert port, "no SlurmctldPort in slurm.conf"
+    env = {**os.environ, "PORT_BASE": port.group(1)}
+    if cluster.env.get("SLURM_SERIES"):
+        env["SLURM_SERIES"] = cluster.env["SLURM_SERIES"]
     proc = subprocess.run(
         ["bash", str(REPO / "scripts" / "slurm-up.sh"), str(cluster.dir)],
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,

@@ -41,7 +41,7 @@ GROUP_LABELS = {
     "partition": "Partition",
     "region": "Region",
 }
-CLOUD_SIDE = set(CLOUD_KINDS)  # job, idle: cloud instances
+CLOUD_SIDE = set(CLOUD_KINDS)  # job, idle, unbound, orphan: cloud instances
 ONPREM_SIDE = {"onprem", "energy"}  # amortised hardware and measured energy
 
 
