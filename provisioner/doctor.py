@@ -315,7 +315,9 @@ def run_doctor(
     if settings.slurm_mode == "none":
         checks.append(Check("slurm", "skip", "slurm_mode is none"))
     else:
-        r = runner or SubprocessRunner(slurm_conf=settings.slurm_conf)
+        r = runner or SubprocessRunner(
+            slurm_conf=settings.slurm_conf, bin_dir=settings.slurm_bin_dir
+        )
         checks += slurm_checks(SlurmFacts(r, min(10.0, settings.slurm_timeout_s)), policy)
     try:
         ports = clouds if clouds is not None else build_clouds(settings, policy)
