@@ -498,11 +498,25 @@ class AwsCapacity(_AwsBase):
         groups = self._call(
             asg.describe_auto_scaling_groups, AutoScalingGroupNames=[group_name]
         ).get("AutoScalingGroups", [])
-        listed = {i["InstanceId"] for g in groups for i in g.get("Instances", [])}
-        if instance_id in listed:
+        members = [
+            i
+            for g in groups
+            for i in g.get("Instances", [])
+            if i.get("LifecycleState") not in _GONE_LIFECYCLE
+        ]
+        if instance_id in {i["InstanceId"] for i in members}:
             log.info("group %s: detach reclaimed %s (no replacement)", group_name, instance_id)
             self._call(asg.detach_instances, AutoScalingGroupName=group_name,
                        InstanceIds=[instance_id], ShouldDecrementDesiredCapacity=True)  # fmt: skip
+            return
+        desired = int(groups[0].get("DesiredCapacity", 0)) if groups else 0
+        if desired > len(members):
+            # the group dropped it but still owes a replacement: cancel that launch (never
+            # below what the group holds, so no member is stopped)
+            log.info("group %s: desired %d -> %d (a reclaimed slot)", group_name, desired,
+                     len(members))  # fmt: skip
+            self._call(asg.set_desired_capacity, AutoScalingGroupName=group_name,
+                       DesiredCapacity=len(members), HonorCooldown=False)  # fmt: skip
 
 
 def _owned(inst: dict[str, Any], region: str) -> OwnedInstance:

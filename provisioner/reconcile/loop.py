@@ -198,6 +198,10 @@ class Reconciler:
         )
         self._sweep_valve(splan.sweep_hold, operator.sweep_hold_reason, now, report)
         self.actuator.apply_sync(splan, now, snap, report)
+        if splan.kills:
+            # A group may launch a replacement as soon as it is told about a reclaimed or
+            # terminated member: read the listing again so the plan's budgets count it.
+            owned, _ = list_owned(self.deps.clouds, self.controller, PassReport(now_ts=now))
         view = enrich(self.ctx, snap, now, owned)
         policy = self.effective_policy.current()
         plan = make_plan(planning_view(view, policy), policy, self.catalog, self.backoff, now)

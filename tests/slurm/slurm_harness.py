@@ -147,20 +147,25 @@ def _reset(c: Cluster) -> None:
         c.launcher.stop(n)
     snap = c.observe()
     # A CLOUD node Slurm once pinged before it had an address (one that never joined, back in
-    # service) stays NOT_RESPONDING (`*` in sinfo) even when powered down, and Slurm then never
-    # powers it up again; a forced power-down clears the flag.
-    compact = dict(
-        line.split() for line in c.sh("sinfo", "-h", "-N", "-o", "%N %t").splitlines() if line
-    )
+    # service) stays NOT_RESPONDING even when powered down, and Slurm then never powers it up
+    # again; a forced power-down clears the flag.
+    not_responding = {
+        m.group(1)
+        for m in re.finditer(
+            r"NodeName=(\S+) .*?State=(\S+)", c.sh("scontrol", "-o", "show", "node")
+        )
+        if "NOT_RESPONDING" in m.group(2)
+    }
     for n in snap.nodes:
         if n.name not in c.cloud_nodes:
             continue
         if n.state in (NodeState.DOWN, NodeState.DRAINED, NodeState.DRAINING):
             c.control.resume(n.name)
             c.control.force_power_down(n.name, "test reset")
-        elif n.state not in (NodeState.POWERED_DOWN, NodeState.POWERING_DOWN) or compact.get(
-            n.name, ""
-        ).endswith("*"):
+        elif (
+            n.state not in (NodeState.POWERED_DOWN, NodeState.POWERING_DOWN)
+            or n.name in not_responding
+        ):
             c.control.force_power_down(n.name, "test reset")
     c.queue.ack([r.request_id for r in c.queue.pending()], c.now())
 
