@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from provisioner.config.models import Budgets, PoolPolicy
 from provisioner.reconcile.models import BudgetRow, OperatorStateRow, PoolRow
@@ -75,10 +76,7 @@ class PolicyStore(StoreBase):
 
     def set_paused(self, paused: bool, now_ts: float, by: str = "", reason: str = "") -> None:
         with self.transaction() as s:
-            row = s.get(OperatorStateRow, 1)
-            if row is None:
-                row = OperatorStateRow(id=1)
-                s.add(row)
+            row = _operator_row(s)
             row.paused = paused
             row.reason = reason[:500]
             row.updated_ts = now_ts
@@ -88,10 +86,7 @@ class PolicyStore(StoreBase):
         """The sweep's safety valve: hold (reason) or release (""). A hold keeps its start
         time while it lasts, so an operator's go-ahead given during it stays valid."""
         with self.transaction() as s:
-            row = s.get(OperatorStateRow, 1)
-            if row is None:
-                row = OperatorStateRow(id=1)
-                s.add(row)
+            row = _operator_row(s)
             if reason and not row.sweep_hold_reason:
                 row.sweep_hold_ts = now_ts
             if not reason:
@@ -101,10 +96,7 @@ class PolicyStore(StoreBase):
     def approve_sweep(self, now_ts: float, by: str) -> None:
         """An operator checked the disagreement and lets the held sweep go ahead."""
         with self.transaction() as s:
-            row = s.get(OperatorStateRow, 1)
-            if row is None:
-                row = OperatorStateRow(id=1)
-                s.add(row)
+            row = _operator_row(s)
             row.sweep_approved_ts = now_ts
             row.sweep_approved_by = by
 
@@ -155,3 +147,12 @@ def _pool(r: PoolRow) -> PoolInfo:
         drained_ts=r.drained_ts,
         drained_by=r.drained_by,
     )
+
+
+def _operator_row(s: Session) -> OperatorStateRow:
+    """The one operator-state row (id=1), created on first write."""
+    row = s.get(OperatorStateRow, 1)
+    if row is None:
+        row = OperatorStateRow(id=1)
+        s.add(row)
+    return row
