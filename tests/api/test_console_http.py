@@ -146,7 +146,9 @@ def test_cost_page_shows_the_apis_figures(env: Env):
         api = env.client.get(
             "/v1/costs", params={"group_by": key, "from": f, "to": t}, headers=h
         ).json()
-        shown = re.findall(r'<td class="key">([^<]*)</td><td class="num" data-usd="([^"]+)"', page)
+        shown = re.findall(
+            r'<td class="key" data-key="([^"]*)">[^<]*</td><td class="num" data-usd="([^"]+)"', page
+        )
         assert shown == [(str(r[key]), r["cost_usd"]) for r in api["rows"]]
         assert f'data-usd="{api["total_usd"]}"' in page
         assert sum(Decimal(v) for _, v in shown) == Decimal(api["total_usd"])

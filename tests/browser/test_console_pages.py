@@ -37,7 +37,7 @@ def _cells(page, selector: str) -> list[list[str]]:
     return page.eval_on_selector_all(
         selector + " tbody tr",
         "rows => rows.map(r => Array.from(r.cells)"
-        ".map(td => td.dataset.usd ?? td.textContent.trim()))",
+        ".map(td => td.dataset.usd ?? td.dataset.key ?? td.textContent.trim()))",
     )
 
 
@@ -87,7 +87,8 @@ def test_cost_page_equals_the_api_for_the_same_query(viewer: Console, finished: 
     # The chart got one stack per key value and drew without error.
     chart = json.loads(page.inner_text("#cost-data"))
     if key != "day":
-        assert {s["label"] for s in chart["datasets"]} == set(shown)
+        # rows that nothing owns are named in the legend, never an empty label
+        assert {s["label"] for s in chart["datasets"]} == {k or "(unattributed)" for k in shown}
     assert page.locator("#cost-chart").bounding_box()["height"] > 100
 
 
@@ -107,6 +108,10 @@ def test_cloud_and_onprem_sit_side_by_side_and_downloads_match(viewer: Console, 
     assert cloud > 0 and onprem > 0, kinds
     assert page.inner_text("#cost-cloud") == f"${cloud:,.2f}"
     assert page.inner_text("#cost-onprem") == f"${onprem:,.2f}"
+    # each kind's row names its side: time before a node joins Slurm and orphans are cloud money
+    sides = {row[0]: row[1] for row in _cells(page, "#kind-table")}
+    cloud_kinds = ("job", "idle", "unbound", "orphan")
+    assert sides == {k: "cloud" if k in cloud_kinds else "on-prem" for k in kinds}
 
     with page.expect_download() as dl:
         page.click("#download-csv")

@@ -193,14 +193,15 @@ def costs(
         per_day = render.report_dict(cost_report(deps.store, ("day", key), f, t, kinds=kinds))
         days = sorted({r["day"] for r in per_day["rows"]})
         for r in per_day["rows"]:
-            series[str(r[key])][r["day"]] = r["cost_usd"]
+            series[key_label(r[key])][r["day"]] = r["cost_usd"]
     else:
         days = [r["day"] for r in report["rows"]]
         series["total"] = {r["day"]: r["cost_usd"] for r in report["rows"]}
     by_kind = render.report_dict(cost_report(deps.store, ("kind",), f, t))
     side = {"cloud": Decimal(0), "onprem": Decimal(0)}
     for r in by_kind["rows"]:
-        side["cloud" if r["kind"] in CLOUD_SIDE else "onprem"] += Decimal(r["cost_usd"])
+        r["side"] = "cloud" if r["kind"] in CLOUD_SIDE else "onprem"
+        side[r["side"]] += Decimal(r["cost_usd"])
     return {
         "key": key,
         "kind": ",".join(kinds),
@@ -218,6 +219,16 @@ def costs(
         "onprem_usd": f"{side['onprem']:.2f}",
         "by_kind": by_kind["rows"],
     }
+
+
+UNATTRIBUTED = "(unattributed)"
+
+
+def key_label(value: object) -> str:
+    """A group's name as shown: rows that no team, account or pool owns (idle on-prem GPUs,
+    energy, orphans) get a visible name instead of an empty cell and an empty legend entry."""
+    text = str(value)
+    return text if text else UNATTRIBUTED
 
 
 # --------------------------------------------------------------------------- budgets
