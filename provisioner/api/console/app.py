@@ -75,6 +75,7 @@ def _templates() -> Jinja2Templates:
     t.env.filters["money"] = _money
     t.env.filters["duration"] = _duration
     t.env.filters["when"] = _when
+    t.env.filters["key_label"] = views.key_label
     t.env.globals["pages"] = PAGES
     return t
 
