@@ -48,7 +48,7 @@ $(FOCUS_STAMP):
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[aws,gcp,nvml,pulumi,dev]'
+	$(BIN)/pip install -q -e '.[aws,gcp,nvml,pulumi,pg,dev]'
 	touch $@
 
 # The main job on the embedded default: no cloud account, no Slurm install needed.

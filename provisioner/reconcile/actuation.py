@@ -125,6 +125,7 @@ class Actuator:
         ctl = self.deps.node_control
         if ctl is None:
             return
+        self.store.check_fence()
         try:
             if action == "resume":
                 ctl.resume(node)
@@ -163,6 +164,7 @@ class Actuator:
             },
         )
         self.ctx.hook(STEP_TERMINATE_AFTER_INTENT)
+        self.store.check_fence()
         err = terminate_instance(k.owned, did, ports.capacity)
         if err is not None:
             self.store.fail_intent(token, now, error_code(err), str(err))
@@ -303,6 +305,7 @@ class Actuator:
             )
             tokens[spec.offer] = token
             self.ctx.hook(STEP_SCALE_UP_AFTER_INTENT)
+            self.store.check_fence()  # a controller that lost the lease stops before the call
 
         outcome = scale_up_with_fallback(
             specs,
@@ -382,6 +385,7 @@ class Actuator:
         ctl = self.deps.job_control
         if ctl is None:
             return
+        self.store.check_fence()
         for jid in job_ids:
             job = jobs.get(jid)
             if job is None or pool.partition in job.partitions:
@@ -400,6 +404,7 @@ class Actuator:
         if si is None or si.instance.state is not S.READY or ctl is None:
             return
         reason = f"idle, drained by {self.controller} ({dr.decision.decision_id})"
+        self.store.check_fence()
         try:
             ctl.drain_and_power_down(dr.node, reason)
         except ProvisionerError as exc:

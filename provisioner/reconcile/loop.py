@@ -58,10 +58,12 @@ from provisioner.reconcile.context import (
     PassReport,
     ReconcilerDeps,
 )
+from provisioner.reconcile.leadership import Leadership
 from provisioner.reconcile.outcomes import error_code, rebuild_backoff
 from provisioner.reconcile.recovery import recover_intents
 from provisioner.reconcile.registration import register
 from provisioner.reconcile.snapshot_view import EffectivePolicy, enrich, list_owned, observe
+from provisioner.reconcile.store import FencedOut
 from provisioner.reconcile.sync import SyncInput, plan_sync
 
 # Names other code imports from here (they moved to the step modules).
@@ -287,7 +289,11 @@ class Reconciler:
 
 class ControllerLoop:
     """Runs passes every `tick_s` until stopped. A stop request (SIGTERM) lets the current
-    pass finish; the wait between passes is an Event wait, so a stop ends it at once."""
+    pass finish; the wait between passes is an Event wait, so a stop ends it at once.
+
+    With `leadership` (HA: several controllers on one store), a pass runs only while this
+    controller holds the lease; otherwise it stands by for the tick. A clean stop releases
+    the lease so a standby takes over at once."""
 
     def __init__(
         self,
@@ -296,8 +302,11 @@ class ControllerLoop:
         *,
         on_pass: Callable[[PassReport], None] | None = None,
         before_pass: Callable[[], None] | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self.reconciler = reconciler
+        self.leadership = leadership
+        self.standby_ticks = 0
         self.tick_s = tick_s
         self.on_pass = on_pass
         self.before_pass = before_pass
@@ -316,18 +325,27 @@ class ControllerLoop:
         while not self._stop.is_set():
             t0 = time.monotonic()
             try:
-                if self.before_pass is not None:
-                    self.before_pass()
-                report = self.reconciler.run_pass()
+                if self.leadership is not None and not self.leadership.ensure():
+                    self.standby_ticks += 1
+                    report = None
+                else:
+                    if self.before_pass is not None:
+                        self.before_pass()
+                    report = self.reconciler.run_pass()
+            except FencedOut as exc:  # it lost the lease mid-pass: what it tried was refused
+                self.failures += 1
+                log.warning("pass stopped by fencing: %s", exc)
             except Exception as exc:  # a bug or a store outage: log it, keep the controller up
                 self.failures += 1
                 log.error("reconcile pass failed: %s: %s", type(exc).__name__, exc)
                 log.debug("reconcile pass failure", exc_info=True)
             else:
-                if self.on_pass is not None:
+                if report is not None and self.on_pass is not None:
                     self.on_pass(report)
             n += 1
             if max_passes is not None and n >= max_passes:
                 break
             self._stop.wait(max(0.0, self.tick_s - (time.monotonic() - t0)))
+        if self.leadership is not None:
+            self.leadership.release()
         return n

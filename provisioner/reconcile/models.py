@@ -100,6 +100,22 @@ class OperatorStateRow(Base):
     sweep_approved_by: Mapped[str] = mapped_column(String(128), default="", server_default="")
 
 
+class LeaderLeaseRow(Base):
+    """The leader lease (one row per lease name): who holds it, until when, and the fencing
+    token, which grows by one with every change of holder. Times are the database's clock."""
+
+    __tablename__ = "leader_lease"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200), default="")
+    token: Mapped[int] = mapped_column(BigInteger, default=0)
+    acquired_ts: Mapped[float] = mapped_column(Float, default=0.0)
+    renewed_ts: Mapped[float] = mapped_column(Float, default=0.0)
+    expires_ts: Mapped[float] = mapped_column(Float, default=0.0)
+    # Writes refused because they carried a stale token (for the API and the failover bench).
+    refused: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+
+
 class IntentRow(Base):
     """What the controller is about to do, written before the cloud call and confirmed after.
 

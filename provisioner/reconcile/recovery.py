@@ -74,6 +74,7 @@ def _recover_terminate(ctx: PassContext, it: Intent, now: float) -> None:
     if ports is None:
         ctx.store.fail_intent(it.token, now, "recover:unknown_cloud", owned.cloud)
         return
+    ctx.store.check_fence()
     err = terminate_instance(owned, it.decision_id, ports.capacity)
     if err is not None:
         ctx.store.fail_intent(it.token, now, error_code(err), str(err))

@@ -31,6 +31,7 @@ class _AckHandler:
 def register(deps: ReconcilerDeps, now: float, report: PassReport) -> None:
     """Boot/stop the nodes of bound instances (local launcher or the demo's cluster), and
     acknowledge Slurm's power requests."""
+    deps.store.check_fence()
     if deps.launcher is not None:
         keep = now - 3600.0
         bound = [

@@ -13,6 +13,7 @@ from provisioner.domain.money import MICRO
 from provisioner.reconcile.store_decisions import DecisionStore
 from provisioner.reconcile.store_engine import DEFAULT_URL, StoreBase, make_engine
 from provisioner.reconcile.store_instances import InstanceStore
+from provisioner.reconcile.store_lease import Lease, LeaseStore
 from provisioner.reconcile.store_ledger import LedgerStore
 from provisioner.reconcile.store_policy import PolicyStore
 from provisioner.reconcile.store_records import (
@@ -20,6 +21,8 @@ from provisioner.reconcile.store_records import (
     BudgetRecord,
     ConcurrentUpdate,
     EnergyMark,
+    Fence,
+    FencedOut,
     Intent,
     JobUsage,
     LedgerEntry,
@@ -46,8 +49,11 @@ __all__ = [
     "BudgetRecord",
     "ConcurrentUpdate",
     "EnergyMark",
+    "Fence",
+    "FencedOut",
     "Intent",
     "JobUsage",
+    "Lease",
     "LedgerEntry",
     "NodeTelemetry",
     "NotFound",
@@ -67,6 +73,15 @@ __all__ = [
 ]
 
 
-class Store(PolicyStore, DecisionStore, InstanceStore, TelemetryStore, LedgerStore, TokenStore):
+class Store(
+    PolicyStore,
+    DecisionStore,
+    InstanceStore,
+    TelemetryStore,
+    LedgerStore,
+    TokenStore,
+    LeaseStore,
+):
     """All reads and writes of the controller's database: one class per concern (policy,
-    decisions, intents and instances, telemetry, usage and ledger, tokens), all on one engine."""
+    decisions, intents and instances, telemetry, usage and ledger, tokens, the leader lease),
+    all on one engine."""

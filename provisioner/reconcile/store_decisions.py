@@ -22,7 +22,7 @@ class DecisionStore(StoreBase):
     def record_decisions(self, decisions: Iterable[Decision], created_ts: float) -> int:
         """Store decisions; ids are deterministic, so recording one twice keeps one row."""
         n = 0
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             for d in decisions:
                 row = s.get(DecisionRow, d.decision_id)
                 if row is None:

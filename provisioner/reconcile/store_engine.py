@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from provisioner.reconcile import migrations
+from provisioner.reconcile.store_records import Fence, FencedOut, StoreError
 
 DEFAULT_URL = "sqlite:///provisioner.sqlite"
 
@@ -53,6 +54,9 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
 class StoreBase:
     """The engine and sessions of the controller's database; each store concern extends it."""
 
+    # Set by a controller in HA mode (see store_lease.py); None: one controller, no fencing.
+    fence: Fence | None = None
+
     def __init__(
         self,
         url: str = DEFAULT_URL,
@@ -80,6 +84,26 @@ class StoreBase:
         """One write transaction: committed on success, rolled back on any exception."""
         with self._write.begin() as session:
             yield session
+
+    @contextmanager
+    def fenced_transaction(self) -> Iterator[Session]:
+        """A write transaction that acts on the world: refused as a whole, with FencedOut,
+        when this store's fence is not the current lease (store_lease.py)."""
+        fence = self.fence
+        try:
+            with self._write.begin() as session:
+                if fence is not None:
+                    self._check_fence_in(session, fence)
+                yield session
+        except FencedOut as refused:
+            self._count_refusal(fence, refused)
+            raise
+
+    def _check_fence_in(self, session: Session, fence: Fence) -> None:
+        raise StoreError("this store has no leader lease to check a fence against")
+
+    def _count_refusal(self, fence: Fence | None, refused: FencedOut) -> None:
+        pass
 
     @contextmanager
     def reading(self) -> Iterator[Session]:

@@ -45,7 +45,7 @@ class InstanceStore(StoreBase):
         same token again returns the intent already stored."""
         if not token:
             raise StoreError("an intent needs an idempotency token")
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             row = s.get(IntentRow, token)
             if row is None:
                 row = IntentRow(
@@ -80,7 +80,7 @@ class InstanceStore(StoreBase):
         """The cloud call of intent `token` took effect: store the instances it created and the
         lifecycle steps it caused, and mark the intent confirmed, all in one transaction.
         Confirming twice is harmless: instances already stored are not duplicated."""
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             row = s.get(IntentRow, token)
             if row is None:
                 raise NotFound(f"no intent with token {token!r}")
@@ -102,7 +102,7 @@ class InstanceStore(StoreBase):
             return _intent(row)
 
     def fail_intent(self, token: str, now_ts: float, error_code: str, error: str = "") -> Intent:
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             row = s.get(IntentRow, token)
             if row is None:
                 raise NotFound(f"no intent with token {token!r}")
@@ -161,7 +161,7 @@ class InstanceStore(StoreBase):
         self, inst: CloudInstance, *, team: str = "", intent_token: str = ""
     ) -> StoredInstance:
         """Store an instance found by passive sync (by tag). Kept as is if already stored."""
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             row = s.get(InstanceRow, inst.instance_id)
             if row is None:
                 row = _new_instance_row(inst, team=team, intent_token=intent_token)
@@ -174,11 +174,11 @@ class InstanceStore(StoreBase):
     ) -> CloudInstance:
         """Move an instance along the domain's transition table, recording the step.
         Raises `IllegalTransition` for a step the table forbids, `NotFound` for no instance."""
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             return _transition(s, instance_id, to, at_ts, reason)
 
     def set_node_name(self, instance_id: str, node_name: str) -> None:
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             row = s.get(InstanceRow, instance_id)
             if row is None:
                 raise NotFound(f"no instance {instance_id!r}")

@@ -45,7 +45,7 @@ class LedgerStore(StoreBase):
     def record_job_usage(self, usages: Iterable[JobUsage]) -> int:
         """Upsert job-on-node records keyed by (job, node, start)."""
         n = 0
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             for u in usages:
                 row = s.scalars(
                     select(JobUsageRow).where(
@@ -70,7 +70,7 @@ class LedgerStore(StoreBase):
 
     def end_job(self, job_id: str, end_ts: float) -> int:
         """Close every open usage record of a job."""
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             res = s.execute(
                 update(JobUsageRow)
                 .where(JobUsageRow.job_id == job_id, JobUsageRow.end_ts.is_(None))
@@ -116,7 +116,7 @@ class LedgerStore(StoreBase):
     # ------------------------------------------------------------------ ledger
 
     def add_ledger(self, entries: Iterable[LedgerEntry]) -> int:
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             return self._insert_ledger(s, entries)
 
     def commit_billing(
@@ -128,7 +128,7 @@ class LedgerStore(StoreBase):
     ) -> int:
         """Write ledger rows and move the accounting watermarks in one transaction. A watermark
         that moved since it was read aborts the whole write (`ConcurrentUpdate`)."""
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             for m in instance_marks:
                 inst = s.get(InstanceRow, str(m.key), with_for_update=True)
                 if inst is None:

@@ -85,7 +85,7 @@ class PolicyStore(StoreBase):
     def set_sweep_hold(self, reason: str, now_ts: float) -> None:
         """The sweep's safety valve: hold (reason) or release (""). A hold keeps its start
         time while it lasts, so an operator's go-ahead given during it stays valid."""
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             row = _operator_row(s)
             if reason and not row.sweep_hold_reason:
                 row.sweep_hold_ts = now_ts

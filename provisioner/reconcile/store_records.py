@@ -25,6 +25,20 @@ class NotFound(StoreError):
     pass
 
 
+class FencedOut(StoreError):
+    """A write or an action carried a fencing token that is no longer the leader's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What a leader's writes carry: the lease, its holder and the token it was granted."""
+
+    name: str
+    holder: str
+    token: int
+    ttl_s: float
+
+
 class ConcurrentUpdate(StoreError):
     """Someone else moved a watermark since it was read; nothing was written."""
 

@@ -153,7 +153,7 @@ class TelemetryStore(LedgerStore):
         """Write energy ledger rows and move the GPUs' energy watermarks in one transaction.
         Each mark is (what was read, None if there was none; the new one); a watermark that
         moved since it was read aborts the whole write (`ConcurrentUpdate`)."""
-        with self.transaction() as s:
+        with self.fenced_transaction() as s:
             for expected, new in marks:
                 row = s.get(EnergyMarkRow, (new.node, new.gpu_key), with_for_update=True)
                 seen = row.sampled_ts if row is not None else None

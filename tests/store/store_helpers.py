@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from decimal import Decimal
-
-import pytest
 
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.offers import CapacityType, OfferKey
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
-PG_URL = os.environ.get("PROVISIONER_TEST_DATABASE_URL", "")
-sqlite_only = pytest.mark.skipif(bool(PG_URL), reason="SQLite-specific")
 
 
 def make_instance(

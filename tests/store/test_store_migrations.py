@@ -5,7 +5,6 @@ from __future__ import annotations
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
-from store_helpers import sqlite_only
 
 from provisioner.reconcile import migrations
 from provisioner.reconcile.models import Base
@@ -24,6 +23,7 @@ TABLES = {
     "budgets",
     "api_tokens",
     "gpu_telemetry",
+    "leader_lease",
 }
 
 
@@ -60,14 +60,14 @@ def test_downgrade_to_base_and_up_again(db_url):
     engine.dispose()
 
 
-@sqlite_only
-def test_sqlite_file_uses_wal(store):
+def test_sqlite_file_uses_wal(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'wal.sqlite'}")
     with store.engine.connect() as conn:
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
+    store.close()
 
 
-@sqlite_only
 def test_in_memory_database_is_shared_between_sessions():
     s = Store("sqlite://")
     s.set_paused(True, 1.0)

@@ -1,0 +1,185 @@
+"""The leader lease and fencing: which controller may act, and the store's refusal of a write
+from one that may not.
+
+A lease is a row (`leader_lease`, one per controller name) with a holder, an expiry and a
+fencing token. Taking the lease from another holder (or after it expired) raises the token by
+one; renewing it keeps the token. Expiry is judged by the database's clock, so controllers on
+hosts whose clocks disagree still agree on who leads (tests inject `lease_clock` instead).
+
+Fencing: when `fence` is set (a controller in HA mode), every write that acts on the world
+(intents, instances and their lifecycle, decisions, job usage, ledger rows and watermarks)
+runs in `fenced_transaction()`, which locks the lease row and refuses the whole transaction
+with `FencedOut` unless the fence's token is the current one and the lease has not expired.
+Taking the lease waits for that lock, so a write either commits while its writer still leads
+or is refused: a leader paused past its lease (SIGSTOP, a long GC, a lost network) that wakes
+up cannot write. Cloud and Slurm calls are preceded by `check_fence()` (which also renews).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from provisioner.reconcile.models import LeaderLeaseRow
+from provisioner.reconcile.store_engine import StoreBase
+from provisioner.reconcile.store_records import Fence, FencedOut, StoreError
+
+log = logging.getLogger("provisioner.lease")
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    name: str
+    holder: str
+    token: int
+    acquired_ts: float
+    renewed_ts: float
+    expires_ts: float
+    refused: int = 0
+
+    def held_by(self, holder: str, now_ts: float) -> bool:
+        return self.holder == holder and self.expires_ts > now_ts
+
+
+def _lease(row: LeaderLeaseRow) -> Lease:
+    return Lease(
+        name=row.name,
+        holder=row.holder,
+        token=int(row.token),
+        acquired_ts=float(row.acquired_ts),
+        renewed_ts=float(row.renewed_ts),
+        expires_ts=float(row.expires_ts),
+        refused=int(row.refused or 0),
+    )
+
+
+_DB_NOW = {
+    "postgresql": "SELECT extract(epoch FROM clock_timestamp())::float8",
+    "sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
+}
+
+
+class LeaseStore(StoreBase):
+    # Tests inject the lease's clock; None: the database's clock.
+    lease_clock: Callable[[], float] | None = None
+
+    def db_now(self) -> float:
+        with self.reading() as s:
+            return self._lease_now(s)
+
+    def _lease_now(self, s: Session) -> float:
+        if self.lease_clock is not None:
+            return self.lease_clock()
+        sql = _DB_NOW.get(self.dialect)
+        if sql is None:
+            raise StoreError(f"leases need PostgreSQL or SQLite, not {self.dialect}")
+        return float(s.execute(text(sql)).scalar_one())
+
+    # ------------------------------------------------------------------ the lease
+
+    def acquire_lease(self, name: str, holder: str, ttl_s: float) -> Lease:
+        """Take or renew lease `name` for `holder` when it is free, expired or already
+        `holder`'s; otherwise change nothing. Returns the lease as it stands afterwards (the
+        caller leads when `lease.holder == holder`)."""
+        if ttl_s <= 0:
+            raise StoreError(f"lease ttl must be positive, not {ttl_s}")
+        try:
+            with self.transaction() as s:
+                now = self._lease_now(s)
+                row = s.get(LeaderLeaseRow, name, with_for_update=True)
+                if row is None:
+                    row = LeaderLeaseRow(
+                        name=name,
+                        holder=holder,
+                        token=1,
+                        acquired_ts=now,
+                        renewed_ts=now,
+                        expires_ts=now + ttl_s,
+                        refused=0,
+                    )
+                    s.add(row)
+                elif row.holder == holder and row.expires_ts > now:
+                    row.renewed_ts = now
+                    row.expires_ts = now + ttl_s
+                elif row.expires_ts <= now or not row.holder:
+                    # A new term, even for the same holder: writes of the lapsed one are refused.
+                    row.holder = holder
+                    row.token = int(row.token) + 1
+                    row.acquired_ts = now
+                    row.renewed_ts = now
+                    row.expires_ts = now + ttl_s
+                s.flush()
+                return _lease(row)
+        except IntegrityError:
+            # Two first-ever acquisitions raced on PostgreSQL: the other one inserted the row.
+            current = self.lease(name)
+            if current is None:
+                raise
+            return current
+
+    def release_lease(self, name: str, holder: str, token: int) -> bool:
+        """Give the lease up (a clean stop) so a standby need not wait for it to expire."""
+        with self.transaction() as s:
+            row = s.get(LeaderLeaseRow, name, with_for_update=True)
+            if row is None or row.holder != holder or int(row.token) != token:
+                return False
+            now = self._lease_now(s)
+            row.renewed_ts = now
+            row.expires_ts = min(float(row.expires_ts), now)
+            return True
+
+    def lease(self, name: str) -> Lease | None:
+        with self.reading() as s:
+            row = s.get(LeaderLeaseRow, name)
+            return _lease(row) if row is not None else None
+
+    # ------------------------------------------------------------------ fencing
+
+    def check_fence(self) -> None:
+        """Before a cloud or Slurm call: refuse (FencedOut) unless this store's fence is the
+        current, unexpired lease; renew it when it is. No fence: nothing to check."""
+        fence = self.fence
+        if fence is None:
+            return
+        with self.fenced_transaction() as s:
+            row = s.get(LeaderLeaseRow, fence.name)
+            if row is not None:
+                now = self._lease_now(s)
+                row.renewed_ts = now
+                row.expires_ts = max(float(row.expires_ts), now + fence.ttl_s)
+
+    def _check_fence_in(self, s: Session, fence: Fence) -> None:
+        # FOR SHARE: fenced writes of one leader do not queue behind each other, but a takeover
+        # (FOR UPDATE in acquire_lease) waits for them, and they wait for a takeover.
+        row = s.get(LeaderLeaseRow, fence.name, with_for_update={"read": True})
+        now = self._lease_now(s)
+        if row is None or row.holder != fence.holder or int(row.token) != fence.token:
+            leader = f"{row.holder} (token {row.token})" if row is not None else "nobody"
+            raise FencedOut(
+                f"write refused: fencing token {fence.token} of {fence.holder} is stale; "
+                f"the lease {fence.name!r} is held by {leader}"
+            )
+        if row.expires_ts <= now:
+            raise FencedOut(
+                f"write refused: the lease {fence.name!r} of {fence.holder} (token "
+                f"{fence.token}) expired {now - row.expires_ts:.1f}s ago"
+            )
+
+    def _count_refusal(self, fence: Fence | None, refused: FencedOut) -> None:
+        log.warning("%s", refused)
+        if fence is None:
+            return
+        try:
+            with self.transaction() as s:
+                s.execute(
+                    update(LeaderLeaseRow)
+                    .where(LeaderLeaseRow.name == fence.name)
+                    .values(refused=LeaderLeaseRow.refused + 1)
+                )
+        except Exception:  # the count is for the operator; the refusal itself stands
+            log.debug("could not count a refused write", exc_info=True)
