@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from provisioner.act.ports import PoolSpec
     from provisioner.observe.slurm import SlurmObserver
     from provisioner.plan.catalog import Catalog
+    from provisioner.reconcile.leadership import Leadership
     from provisioner.reconcile.loop import ControllerLoop, Hook, LoopConfig, PassReport, Reconciler
     from provisioner.reconcile.ports import JobControl, NodeControl, NodeLauncher
     from provisioner.reconcile.store import Store
@@ -100,6 +101,12 @@ class Settings(BaseSettings):
     tick_s: float = Field(default=15.0, gt=0)
     orphan_grace_s: float = Field(default=120.0, ge=0)
     sweep_max_disagreements: int = Field(default=5, ge=0)
+    # Several controllers on one store (docs/ha.md): `auto` leads by lease on PostgreSQL and
+    # runs alone on SQLite; `on` uses the lease on either; `off` never (one controller only).
+    ha: Literal["auto", "on", "off"] = "auto"
+    lease_ttl_s: float = Field(default=30.0, gt=0)
+    # This process's name in the lease (default host:pid:random, unique per process)
+    controller_id: str = ""
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -278,8 +285,11 @@ class Controller:
 
             rec = self.reconciler
 
+            lead = self.loop.leadership
+
             def status() -> Mapping[str, Any]:
-                return {**rec.status(), **self.extra_status}
+                extra = {"leadership": lead.view().as_dict()} if lead is not None else {}
+                return {**rec.status(), **extra, **self.extra_status}
 
             self._app = create_app(
                 ApiDeps(
@@ -346,8 +356,25 @@ def build_controller(
             config=config,
         )
     )
-    loop = ControllerLoop(reconciler, settings.tick_s, on_pass=on_pass, before_pass=before_pass)
+    loop = ControllerLoop(
+        reconciler,
+        settings.tick_s,
+        on_pass=on_pass,
+        before_pass=before_pass,
+        leadership=leadership_for(settings, store, policy.controller),
+    )
     return Controller(settings, policy, clock, store, reconciler, loop)
+
+
+def leadership_for(settings: Settings, store: Store, name: str) -> Leadership | None:
+    """The lease this controller leads by, when several controllers may share the store."""
+    from provisioner.reconcile.leadership import Leadership
+
+    on = settings.ha == "on" or (settings.ha == "auto" and store.dialect == "postgresql")
+    if not on:
+        return None
+    holder = settings.controller_id or None
+    return Leadership(store, name, ttl_s=settings.lease_ttl_s, holder=holder)
 
 
 class ApiServer:

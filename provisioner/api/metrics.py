@@ -154,6 +154,27 @@ class PassCollector(Collector):
                 "Reconcile passes that raised (a bug or a store outage; the log has the cause).",
                 value=int(st["failed_passes"]),
             )
+        lead = st.get("leadership")
+        if isinstance(lead, Mapping):
+            leader = GaugeMetricFamily(
+                "provisioner_leader",
+                "1 for the controller that holds the leader lease, as this process last saw it "
+                "(label holder: its id).",
+                labels=["holder"],
+            )
+            if lead.get("leader"):
+                leader.add_metric([str(lead["leader"])], 1)
+            yield leader
+            yield GaugeMetricFamily(
+                "provisioner_is_leader",
+                "1 while this process leads (plans and acts), 0 while it stands by.",
+                value=int(lead.get("role") == "leader"),
+            )
+            yield CounterMetricFamily(
+                "provisioner_fenced_writes_refused",
+                "Writes the store refused because they carried a stale fencing token.",
+                value=int(lead.get("fenced_writes_refused", 0)),
+            )
         if "last_pass_errors" in st:
             yield GaugeMetricFamily(
                 "provisioner_last_pass_errors",

@@ -2,8 +2,9 @@
 stand by (serve the read API) until the lease lapses.
 
 `ensure()` runs before every pass. It takes or renews the lease (store_lease.py) and points
-the store's fence at the token it holds. A controller that does not lead keeps the fence at
-its last (stale) token, never at None, so nothing it writes that acts on the world can commit.
+the store's fence at the token it holds. From its first `ensure()` on, a controller that does not
+lead keeps the fence at its last (stale) token, never at None, so nothing it writes that acts
+on the world can commit.
 A database that cannot be reached means "not leading": the pass is skipped, and whoever holds
 a live lease once it is back leads.
 """
@@ -73,8 +74,6 @@ class Leadership:
         self.leading = False
         self._last: Lease | None = None
         self._error = ""
-        # Fenced from the start: until it leads, this controller's acting writes are refused.
-        store.fence = Fence(name, self.me, 0, ttl_s)
 
     def ensure(self) -> bool:
         """Take or renew the lease; True when this controller leads for the coming pass."""
@@ -85,6 +84,7 @@ class Leadership:
             if self.leading:
                 log.warning("cannot renew the lease (%s): standing by", self._error)
             self.leading = False
+            self.store.fence = Fence(self.name, self.me, self.token, self.ttl_s)
             return False
         self._error = ""
         self._last = lease

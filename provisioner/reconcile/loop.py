@@ -303,8 +303,10 @@ class ControllerLoop:
         on_pass: Callable[[PassReport], None] | None = None,
         before_pass: Callable[[], None] | None = None,
         leadership: Leadership | None = None,
+        on_tick: Callable[[], None] | None = None,
     ) -> None:
         self.reconciler = reconciler
+        self.on_tick = on_tick  # after every tick, leading or standing by
         self.leadership = leadership
         self.standby_ticks = 0
         self.tick_s = tick_s
@@ -342,6 +344,8 @@ class ControllerLoop:
             else:
                 if report is not None and self.on_pass is not None:
                     self.on_pass(report)
+            if self.on_tick is not None:
+                self.on_tick()
             n += 1
             if max_passes is not None and n >= max_passes:
                 break
