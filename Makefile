@@ -10,7 +10,7 @@ SLURM24_DIR ?= $(CURDIR)/.slurm-24.11
 SLURM24_PORT_BASE ?= 6917
 export SLURM_DIR SLURM24_DIR SLURM24_PORT_BASE
 
-.PHONY: venv focus-venv browser-deps run simulate test test-e2e test-unit test-browser lint typecheck bench chaos slurm-up slurm-down \
+.PHONY: failover venv focus-venv browser-deps run simulate test test-e2e test-unit test-browser test-ha lint typecheck bench chaos slurm-up slurm-down pg-up pg-down \
         localstack-up localstack-down iac-review clean
 
 venv: $(STAMP)
@@ -59,9 +59,25 @@ simulate: venv
 	$(BIN)/provisioner simulate --onprem-gpus 256 --policy default --policy never \
 	    --policy immediate --policy fixed-wait:3600
 
-# All tests, the ones that need real parts included: starts the local Slurm cluster first.
-test: venv focus-venv browser-deps slurm-up
-	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+# All tests, the ones that need real parts included: starts the local Slurm clusters and the
+# private PostgreSQL first. The store, account, reconcile and API suites run on SQLite and on
+# PostgreSQL; the `ha` tests run two controllers on PostgreSQL.
+PG_DIR ?= $(CURDIR)/.pg
+PG_URL = $$(cat $(PG_DIR)/url)
+test: venv focus-venv browser-deps slurm-up pg-up
+	REQUIRE_FOCUS_VALIDATOR=1 REQUIRE_POSTGRES=1 PROVISIONER_TEST_DATABASE_URL=$(PG_URL) \
+	    $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-ha: venv pg-up
+	REQUIRE_POSTGRES=1 PROVISIONER_TEST_DATABASE_URL=$(PG_URL) \
+	    $(BIN)/python -m pytest -q -m "ha or postgres" $(PYTEST_ARGS)
+
+# A private PostgreSQL cluster under .pg (socket only, no TCP), never the system service.
+pg-up:
+	bash scripts/pg-up.sh "$(PG_DIR)"
+
+pg-down:
+	bash scripts/pg-down.sh "$(PG_DIR)"
 
 test-e2e: venv focus-venv slurm-up
 	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q -m e2e $(PYTEST_ARGS)
@@ -84,8 +100,11 @@ typecheck: venv
 chaos: venv
 	$(BIN)/python bench/chaos.py --seeds 20
 
-bench: venv
-	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+bench: venv pg-up
+	for b in bench/*.py; do echo "== $$b"; PROVISIONER_TEST_DATABASE_URL=$(PG_URL) $(BIN)/python $$b || exit 1; done
+
+failover: venv pg-up
+	PROVISIONER_TEST_DATABASE_URL=$(PG_URL) $(BIN)/python bench/failover.py
 
 # Both clusters: 22.05 on this host, 24.11 in its Debian 13 root (built once, ~75 s).
 slurm-up: venv

@@ -1,3 +1,5 @@
+"""API fixtures: the seeded store on SQLite, and on PostgreSQL when it runs (tests/databases.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +9,8 @@ from provisioner.reconcile.store import Store
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    store = Store(f"sqlite:///{tmp_path_factory.mktemp('api') / 'api.sqlite'}")
+def env(make_db_url):
+    store = Store(make_db_url())
     seed(store)
     e = make_env(store)
     yield e
@@ -17,8 +19,8 @@ def env(tmp_path_factory):
 
 
 @pytest.fixture
-def fresh(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'fresh.sqlite'}")
+def fresh(db_url):
+    store = Store(db_url)
     seed(store)
     e = make_env(store)
     yield e

@@ -68,8 +68,8 @@ def test_plan_dry_run(env):
     assert p["predicted_start_at"] == {"101": "2026-01-11T00:05:00Z"}
 
 
-def test_plan_without_planner_is_503(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'np.sqlite'}")
+def test_plan_without_planner_is_503(db_url):
+    store = Store(db_url)
     env = make_env(store, planner=False)
     r = env.client.post("/v1/plan", headers=env.h("admin"))
     assert r.status_code == 503 and "planner" in r.json()["detail"]
@@ -190,8 +190,8 @@ def test_metrics(env):
     assert all(ln.startswith(("provisioner_", "#")) for ln in text.splitlines() if ln.strip())
 
 
-def test_metrics_can_be_public(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'pub.sqlite'}")
+def test_metrics_can_be_public(db_url):
+    store = Store(db_url)
     seed(store)
     env = make_env(store, metrics_public=True)
     assert env.client.get("/metrics").status_code == 200

@@ -192,7 +192,7 @@ def test_static_assets_are_served_with_their_licences(env: Env):
         assert r.status_code == 200 and len(r.content) > 500, path
 
 
-def test_overview_shows_who_uses_the_onprem_gpus_with_their_nvml_load(tmp_path):
+def test_overview_shows_who_uses_the_onprem_gpus_with_their_nvml_load(db_url):
     """Per team and project: GPUs allocated by Slurm (on-prem jobs only) and the mean NVML load
     of the GPUs their processes run on; expected figures computed here by hand."""
     from datetime import UTC, datetime
@@ -210,7 +210,7 @@ def test_overview_shows_who_uses_the_onprem_gpus_with_their_nvml_load(tmp_path):
     from provisioner.observe.gpu_telemetry import GpuReading, GpuTelemetry
     from provisioner.reconcile.store import Store
 
-    store = Store(f"sqlite:///{tmp_path / 'o.sqlite'}")
+    store = Store(db_url)
     run = dict(state=JobState.RUNNING, start_ts=NOW - 100)
     snap = ClusterSnapshot(
         taken_ts=NOW,

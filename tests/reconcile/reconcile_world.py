@@ -76,7 +76,7 @@ def start_clock() -> ManualClock:
     return ManualClock(datetime.now(UTC).replace(microsecond=0))
 
 
-def make_fake(clock: ManualClock, t0: float) -> FakeSlurm:
+def make_fake(clock: ManualClock, t0: float, *, burst_runtime_s: float = 900.0) -> FakeSlurm:
     fake = FakeSlurm(
         clock,
         onprem_nodes=1,
@@ -87,7 +87,9 @@ def make_fake(clock: ManualClock, t0: float) -> FakeSlurm:
         suspend_timeout_s=30.0,
     )
     fake.submit(8, 7200.0, submit_ts=t0 - 20, account="acct-v", user="u1", time_limit_s=7200)
-    fake.submit(8, 900.0, submit_ts=t0 - 10, account="acct-v", user="u2", time_limit_s=1200)
+    fake.submit(
+        8, burst_runtime_s, submit_ts=t0 - 10, account="acct-v", user="u2", time_limit_s=1200
+    )
     return fake
 
 
@@ -147,6 +149,21 @@ def live_instances(endpoint: str) -> list[dict[str, Any]]:
         for res in page["Reservations"]:
             out.extend(res["Instances"])
     return out
+
+
+def ever_launched(endpoint: str) -> list[str]:
+    """Every instance with our tag moto ever ran, terminated ones included."""
+    import boto3
+
+    ec2 = boto3.client(
+        "ec2",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="t",
+        aws_secret_access_key="t",
+    )
+    res = ec2.describe_instances(Filters=[{"Name": "tag:controller", "Values": [CONTROLLER]}])
+    return sorted(i["InstanceId"] for r in res["Reservations"] for i in r["Instances"])
 
 
 @dataclass

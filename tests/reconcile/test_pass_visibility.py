@@ -38,11 +38,11 @@ class SwitchableObserver:
 
 
 @pytest.fixture
-def world(tmp_path):
+def world(db_url):
     clock = ManualClock(datetime.fromtimestamp(T0, UTC))
     fake = FakeSlurm(clock, onprem_nodes=1, gpus_per_node=8)
     obs = SwitchableObserver(fake)
-    url = f"sqlite:///{tmp_path / 'c.sqlite'}"
+    url = db_url
     store = Store(url)
     policy = policy_from_mapping({"controller": "burst-vis"}, "test policy")
     ctl = build_controller(

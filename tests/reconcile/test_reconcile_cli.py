@@ -21,11 +21,11 @@ pytestmark = pytest.mark.aws
 REPO = Path(__file__).resolve().parents[2]
 
 
-def env_for(moto, tmp_path: Path) -> dict[str, str]:
+def env_for(db_url, moto, tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROVISIONER_")}
     env.update(
         {
-            "PROVISIONER_STORE_URL": f"sqlite:///{tmp_path / 'ctl.sqlite'}",
+            "PROVISIONER_STORE_URL": db_url,
             "PROVISIONER_POLICIES": str(REPO / "policies" / "demo"),
             "PROVISIONER_SLURM_MODE": "none",
             "PROVISIONER_POOL_DRIVER": "sdk",
@@ -38,6 +38,15 @@ def env_for(moto, tmp_path: Path) -> dict[str, str]:
         }
     )
     return env
+
+
+def wait_until(fn, timeout_s: float = 30.0):
+    """Poll a real process's effect with a deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := fn()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return value
 
 
 def cli(*args: str) -> list[str]:
@@ -58,8 +67,8 @@ def test_settings_are_read_when_asked_not_at_import(monkeypatch):
     assert load_settings().api_port == 9124
 
 
-def test_token_create_prints_the_token_once_and_stores_a_hash(moto, tmp_path):
-    env = env_for(moto, tmp_path)
+def test_token_create_prints_the_token_once_and_stores_a_hash(db_url, moto, tmp_path):
+    env = env_for(db_url, moto, tmp_path)
     proc = subprocess.run(
         cli("token", "create", "--role", "operator", "--name", "ci"),
         env=env,
@@ -86,8 +95,18 @@ def test_token_create_prints_the_token_once_and_stores_a_hash(moto, tmp_path):
     assert bad.returncode == 2 and "--role" in bad.stderr
 
 
-def test_run_serves_the_api_and_sigterm_finishes_the_pass(moto, tmp_path):
-    env = env_for(moto, tmp_path)
+def test_run_serves_the_api_and_sigterm_finishes_the_pass(db_backend, db_url, moto, tmp_path):
+    env = env_for(db_url, moto, tmp_path)
+    made = subprocess.run(
+        cli("token", "create", "--role", "viewer", "--name", "t"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert made.returncode == 0, made.stderr
+    auth = {"Authorization": f"Bearer {made.stdout.strip()}"}
     proc = subprocess.Popen(
         cli("run"), env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -103,16 +122,35 @@ def test_run_serves_the_api_and_sigterm_finishes_the_pass(moto, tmp_path):
     assert url.startswith("http://127.0.0.1:"), "no API line"
     assert httpx.get(f"{url}/healthz", timeout=10).json() == {"status": "ok"}
     assert httpx.get(f"{url}/v1/status", timeout=10).status_code == 401
+    store = Store(env["PROVISIONER_STORE_URL"])
+    if db_backend == "postgresql":  # HA auto: it leads by lease and says so
+        lease = wait_until(lambda: store.lease("burst-demo"))
+
+        def leadership():
+            st = httpx.get(f"{url}/v1/status", headers=auth, timeout=10).json()
+            return st["controller"].get("leadership")
+
+        lead = wait_until(leadership)
+        assert lead["role"] == "leader" and lead["token"] == 1
+        assert lead["leader"] == lease.holder == lead["holder_id"]
+        metrics = httpx.get(f"{url}/metrics", headers=auth, timeout=10).text
+        assert f'provisioner_leader{{holder="{lease.holder}"}} 1.0' in metrics
+        assert "provisioner_is_leader 1.0" in metrics
+    else:  # one controller on SQLite: no lease
+        status = httpx.get(f"{url}/v1/status", headers=auth, timeout=10).json()
+        assert "leadership" not in status["controller"] and store.lease("burst-demo") is None
     proc.send_signal(signal.SIGTERM)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-2000:]
     assert "stopped after" in err
-    store = Store(env["PROVISIONER_STORE_URL"])
     assert [p.name for p in store.pools()] == ["aws-a100"]  # the loop ran and synced policy
+    if db_backend == "postgresql":  # a clean stop hands the lease back
+        lease = store.lease("burst-demo")
+        assert lease is not None and lease.expires_ts <= store.db_now()
 
 
-def test_run_stops_after_passes(moto, tmp_path):
-    env = env_for(moto, tmp_path)
+def test_run_stops_after_passes(db_url, moto, tmp_path):
+    env = env_for(db_url, moto, tmp_path)
     proc = subprocess.run(
         cli("run", "--passes", "2"), env=env, capture_output=True, text=True, timeout=120, cwd=REPO
     )

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from reconcile_world import (
-    CONTROLLER,
     TICK,
     books,
+    ever_launched,
     live_instances,
     make_controller,
     make_fake,
@@ -48,21 +48,6 @@ class Crash(BaseException):
     """Not an Exception: no handler in the loop catches it, like a kill."""
 
 
-def ever_launched(endpoint: str) -> list[str]:
-    """Every instance with our tag moto ever ran, terminated ones included."""
-    import boto3
-
-    ec2 = boto3.client(
-        "ec2",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="t",
-        aws_secret_access_key="t",
-    )
-    res = ec2.describe_instances(Filters=[{"Name": "tag:controller", "Values": [CONTROLLER]}])
-    return sorted(i["InstanceId"] for r in res["Reservations"] for i in r["Instances"])
-
-
 def finish_and_check(url: str, clock, fake, endpoint: str) -> None:
     """A new controller on the same store and world runs the burst to its end."""
     c = make_controller(url, clock, fake, endpoint)
@@ -84,11 +69,11 @@ def finish_and_check(url: str, clock, fake, endpoint: str) -> None:
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_crash_at_step_then_restart(moto, tmp_path, step):
+def test_crash_at_step_then_restart(db_url, moto, step):
     clock = start_clock()
     t0 = clock.now().timestamp()
     fake = make_fake(clock, t0)
-    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    url = db_url
 
     def hook(at: str) -> None:
         if at == step:
@@ -108,10 +93,10 @@ def test_crash_at_step_then_restart(moto, tmp_path, step):
 
 
 @pytest.mark.parametrize("step", SCALE_UP)
-def test_kill_9_during_scale_up_then_restart(moto, tmp_path, step):
+def test_kill_9_during_scale_up_then_restart(db_url, moto, step):
     clock = start_clock()
     t0 = clock.now().timestamp()
-    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    url = db_url
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
     proc = subprocess.run(
         [sys.executable, str(HERE / "crash_child.py"), url, moto.endpoint, step, repr(t0)],

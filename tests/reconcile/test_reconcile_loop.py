@@ -43,11 +43,11 @@ def live(c):
     return c.store.instances(live_only=True)
 
 
-def test_burst_runs_the_job_then_drains_terminates_and_bills(moto, tmp_path):
+def test_burst_runs_the_job_then_drains_terminates_and_bills(db_url, moto):
     clock = start_clock()
     t0 = clock.now().timestamp()
     fake = make_fake(clock, t0)
-    c = make_controller(f"sqlite:///{tmp_path / 's.sqlite'}", clock, fake, moto.endpoint)
+    c = make_controller(db_url, clock, fake, moto.endpoint)
 
     first = c.reconciler.run_pass()
     assert first.scale_ups == 1 and first.nodes_placed == 1 and first.adopted == 1
@@ -99,11 +99,11 @@ def test_burst_runs_the_job_then_drains_terminates_and_bills(moto, tmp_path):
     assert abs(job_cost - Decimal("7.246") * 900 / 3600) < Decimal("0.01")
 
 
-def test_capacity_error_falls_back_to_on_demand_and_backoff_survives_restart(moto, tmp_path):
+def test_capacity_error_falls_back_to_on_demand_and_backoff_survives_restart(db_url, moto):
     clock = start_clock()
     t0 = clock.now().timestamp()
     fake = make_fake(clock, t0)
-    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    url = db_url
     moto.set_capacity("us-east-1", "p4d.24xlarge", 0)  # spot and on-demand share the pool...
     c = make_controller(url, clock, fake, moto.endpoint)
     r = c.reconciler.run_pass()
@@ -122,7 +122,7 @@ def test_capacity_error_falls_back_to_on_demand_and_backoff_survives_restart(mot
     assert live_instances(moto.endpoint) == []
 
 
-def test_partial_capacity_takes_the_next_offer(moto, tmp_path):
+def test_partial_capacity_takes_the_next_offer(db_url, moto):
     clock = start_clock()
     t0 = clock.now().timestamp()
     fake = make_fake(clock, t0)
@@ -133,7 +133,7 @@ def test_partial_capacity_takes_the_next_offer(moto, tmp_path):
         service="autoscaling",
         match="AutoScalingGroupName=" + _group("spot"),
     )
-    c = make_controller(f"sqlite:///{tmp_path / 's.sqlite'}", clock, fake, moto.endpoint)
+    c = make_controller(db_url, clock, fake, moto.endpoint)
     r = c.reconciler.run_pass()
     assert r.nodes_placed == 2 and not [e for e in r.errors if "scale-up" in e]
     caps = {si.instance.offer.capacity for si in live(c)}
@@ -157,11 +157,11 @@ def _group(cap: str) -> str:
     return spec.group_name
 
 
-def test_pause_blocks_bursting_and_a_drained_pool_takes_no_nodes(moto, tmp_path):
+def test_pause_blocks_bursting_and_a_drained_pool_takes_no_nodes(db_url, moto):
     clock = start_clock()
     t0 = clock.now().timestamp()
     fake = make_fake(clock, t0)
-    c = make_controller(f"sqlite:///{tmp_path / 's.sqlite'}", clock, fake, moto.endpoint)
+    c = make_controller(db_url, clock, fake, moto.endpoint)
     c.store.set_paused(True, t0, by="test", reason="maintenance")
     r = c.reconciler.run_pass()
     assert r.scale_ups == 0 and live_instances(moto.endpoint) == []
@@ -182,11 +182,11 @@ class _Broken:
         raise SnapshotError("squeue --json: timed out after 15 s")
 
 
-def test_stale_snapshot_changes_nothing_in_slurm_or_the_cloud(moto, tmp_path):
+def test_stale_snapshot_changes_nothing_in_slurm_or_the_cloud(db_url, moto):
     clock = start_clock()
     t0 = clock.now().timestamp()
     fake = make_fake(clock, t0)
-    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    url = db_url
     c = make_controller(url, clock, fake, moto.endpoint)
     run(c, clock, 5)  # burst node ready, the job runs
     (si,) = live(c)
@@ -202,12 +202,12 @@ def test_stale_snapshot_changes_nothing_in_slurm_or_the_cloud(moto, tmp_path):
     assert c.store.decisions(reason=ReasonCode.BLOCKED_STALE_SNAPSHOT)
 
 
-def test_orphan_is_swept_after_the_grace_period(moto, tmp_path):
+def test_orphan_is_swept_after_the_grace_period(db_url, moto):
     clock = start_clock()
     t0 = clock.now().timestamp()
     fake = make_fake(clock, t0)
     fake.jobs["1002"].state = JobState.CANCELLED  # nothing to burst for
-    c = make_controller(f"sqlite:///{tmp_path / 's.sqlite'}", clock, fake, moto.endpoint)
+    c = make_controller(db_url, clock, fake, moto.endpoint)
     import boto3
 
     ec2 = boto3.client(
@@ -264,13 +264,13 @@ def test_orphan_is_swept_after_the_grace_period(moto, tmp_path):
     assert abs(sum(e.cost for e in rows) - expected) < Decimal("0.000002")
 
 
-def test_the_sweep_holds_when_store_and_cloud_disagree_about_many(moto, tmp_path):
+def test_the_sweep_holds_when_store_and_cloud_disagree_about_many(db_url, moto):
     """A wrong or restored store: six tagged machines with no record. Nothing is terminated
     until an operator approves; the hold shows in the store's operator state."""
     clock = start_clock()
     fake = make_fake(clock, clock.now().timestamp())
     fake.jobs["1002"].state = JobState.CANCELLED
-    c = make_controller(f"sqlite:///{tmp_path / 's.sqlite'}", clock, fake, moto.endpoint)
+    c = make_controller(db_url, clock, fake, moto.endpoint)
     import boto3
 
     ec2 = boto3.client("ec2", endpoint_url=moto.endpoint, region_name="us-east-1",
@@ -297,11 +297,11 @@ def test_the_sweep_holds_when_store_and_cloud_disagree_about_many(moto, tmp_path
     assert c.store.operator_state().sweep_hold_reason == ""
 
 
-def test_restart_resumes_from_store_and_world(moto, tmp_path):
+def test_restart_resumes_from_store_and_world(db_url, moto):
     clock = start_clock()
     t0 = clock.now().timestamp()
     fake = make_fake(clock, t0)
-    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    url = db_url
     c = make_controller(url, clock, fake, moto.endpoint)
     run(c, clock, 3)
     c.store.close()
@@ -313,14 +313,14 @@ def test_restart_resumes_from_store_and_world(moto, tmp_path):
     assert abs(b.ledger - b.expected) < Decimal("0.01")
 
 
-def test_slurm_driven_a_node_slurm_powers_up_on_its_own_gets_an_instance(moto, tmp_path):
+def test_slurm_driven_a_node_slurm_powers_up_on_its_own_gets_an_instance(db_url, moto):
     clock = start_clock()
     t0 = clock.now().timestamp()
     fake = make_fake(clock, t0)
     fake.jobs["1002"].state = JobState.CANCELLED
     # submitted straight to the burst partition: Slurm powers a CLOUD node up by itself
     jid = fake.submit(8, 600.0, partition="onprem,cloud", account="acct-v", time_limit_s=900)
-    c = make_controller(f"sqlite:///{tmp_path / 's.sqlite'}", clock, fake, moto.endpoint)
+    c = make_controller(db_url, clock, fake, moto.endpoint)
     r = c.reconciler.run_pass()
     assert r.nodes_placed == 1 and r.jobs_moved == 0
     (d,) = c.store.decisions(reason=ReasonCode.BURST_URGENT)
@@ -332,14 +332,14 @@ def test_slurm_driven_a_node_slurm_powers_up_on_its_own_gets_an_instance(moto, t
     assert len(live_instances(moto.endpoint)) == 1  # one node asked for, one instance
 
 
-def test_scale_down_waits_for_nvml_to_confirm_the_gpus_idle(moto, tmp_path):
+def test_scale_down_waits_for_nvml_to_confirm_the_gpus_idle(db_url, moto):
     from provisioner.domain.nodes import GpuSample
 
     clock = start_clock()
     t0 = clock.now().timestamp()
     fake = make_fake(clock, t0)
     c = make_controller(
-        f"sqlite:///{tmp_path / 's.sqlite'}",
+        db_url,
         clock,
         fake,
         moto.endpoint,

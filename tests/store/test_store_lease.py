@@ -141,9 +141,9 @@ def test_leadership_leads_stands_by_and_takes_over(two, clock):
     a, b = two
     la = Leadership(a, NAME, ttl_s=TTL, holder="ctl-a")
     lb = Leadership(b, NAME, ttl_s=TTL, holder="ctl-b")
-    assert lb.store.fence == Fence(NAME, "ctl-b", 0, TTL)  # fenced before it ever leads
     assert la.ensure() is True
     assert lb.ensure() is False
+    assert b.fence == Fence(NAME, "ctl-b", 0, TTL)  # fenced though it never led
     with pytest.raises(FencedOut):
         b.record_intent("scale_up", "tok-b", T0, pool="p", nodes=1)
     a.record_intent("scale_up", "tok-a", T0, pool="p", nodes=1)
