@@ -1,0 +1,181 @@
+"""Two controllers, one leader, as real processes on one store (PostgreSQL, and SQLite where
+the lease works the same): kill -9 the leader mid scale-up, SIGSTOP it past its lease, and
+restart PostgreSQL under both. Expected values come from moto's records (instances ever
+launched), the lease row and a hand computation of the bill (reconcile_world.books)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from ha_world import TICK_S, TTL_S, World, wait_for
+from reconcile_world import CONTROLLER, books, ever_launched, live_instances, start_clock
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
+
+from provisioner.domain.instances import InstanceState
+from provisioner.reconcile.loop import STEP_SCALE_UP_AFTER_CLOUD, STEP_SCALE_UP_AFTER_INTENT
+from provisioner.reconcile.models import LedgerRow
+from provisioner.reconcile.store import Store
+from tests.databases import PG_URL, databases
+
+pytestmark = [pytest.mark.ha, pytest.mark.aws]
+
+# One tick of slack on top of TTL + one tick: the standby's attempt, and the machine's
+# scheduling of two busy processes on two cores.
+TAKEOVER_BOUND_S = TTL_S + TICK_S + TICK_S
+
+
+@pytest.fixture
+def world(db_url, moto, tmp_path):
+    clock = start_clock()
+    w = World(db_url, moto.endpoint, tmp_path, clock.now().timestamp())
+    yield w
+    w.stop_all()
+
+
+@pytest.fixture
+def store(db_url):
+    s = Store(db_url)
+    yield s
+    s.close()
+
+
+def leads(store: Store, holder: str):
+    lease = store.lease(CONTROLLER)
+    return lease if lease is not None and lease.holder == holder else None
+
+
+def cycle_done(store: Store) -> bool:
+    """The burst ran to its end: every instance terminated, no intent left pending."""
+    records = store.instances()
+    return (
+        bool(records)
+        and all(si.instance.state is InstanceState.TERMINATED for si in records)
+        and not store.pending_intents()
+    )
+
+
+def assert_one_instance_and_exact_books(store: Store, endpoint: str) -> None:
+    launched = ever_launched(endpoint)
+    assert len(launched) == 1, f"duplicated instances: {launched}"
+    assert [si.instance.instance_id for si in store.instances()] == launched
+    assert live_instances(endpoint) == []
+    b = books(store)
+    assert b.ledger > 0 and abs(b.ledger - b.expected) < Decimal("0.01"), b
+    with store.reading() as s:
+        twice = s.execute(
+            select(LedgerRow.instance_id, LedgerRow.kind, LedgerRow.start_ts, LedgerRow.job_id)
+            .group_by(LedgerRow.instance_id, LedgerRow.kind, LedgerRow.start_ts, LedgerRow.job_id)
+            .having(func.count() > 1)
+        ).all()
+    assert twice == [], f"ledger rows written twice: {twice}"
+
+
+@pytest.mark.parametrize("step", [STEP_SCALE_UP_AFTER_INTENT, STEP_SCALE_UP_AFTER_CLOUD])
+def test_kill_9_the_leader_mid_scale_up_a_standby_takes_over_and_finishes(world, store, moto, step):
+    a = world.start("ctl-a", kill_at=step)
+    wait_for("ctl-a to lead", lambda: leads(store, "ctl-a"))
+    b = world.start("ctl-b")
+    wait_for("ctl-a to die at the step", lambda: a.proc.poll() is not None, 60)
+    assert a.proc.returncode == -9, a.log()[-3000:]
+    killed_at = a.status()["killed_at"]
+    pending = store.pending_intents()
+    assert [it.kind for it in pending] == ["scale_up"]  # the half-done work it left
+
+    taken = wait_for("ctl-b to take over", lambda: leads(store, "ctl-b"), 30)
+    assert taken.token == 2
+    failover_s = taken.acquired_ts - killed_at
+    assert 0 < failover_s <= TAKEOVER_BOUND_S, f"failover took {failover_s:.2f}s"
+
+    wait_for("ctl-b to run the burst to its end", lambda: cycle_done(store), 90)
+    assert store.intent(pending[0].token).status in ("confirmed", "failed")
+    assert_one_instance_and_exact_books(store, moto.endpoint)
+    assert b.stop() == 0
+
+
+def test_a_leader_paused_past_its_lease_is_fenced_when_it_wakes(world, store, moto):
+    a = world.start("ctl-a", pause_at=STEP_SCALE_UP_AFTER_INTENT)
+    wait_for("ctl-a to lead", lambda: leads(store, "ctl-a"))
+    b = world.start("ctl-b")
+    wait_for("ctl-a to be stopped", a.stopped_by_signal, 60)
+    (left,) = store.pending_intents()  # written before the cloud call it never made
+
+    taken = wait_for("ctl-b to take over", lambda: leads(store, "ctl-b"), 30)
+    assert taken.token == 2
+    wait_for("ctl-b to launch its own instance", lambda: store.instances(), 30)
+    assert store.intent(left.token).status == "failed"  # recovered: the call never happened
+    refused_before = store.lease(CONTROLLER).refused
+
+    a.proc.send_signal(subprocess.signal.SIGCONT)
+    wait_for("ctl-a to stand by", lambda: a.status().get("role") == "standby", 30)
+    log = a.log()
+    assert "write refused: fencing token 1 of ctl-a is stale" in log, log[-3000:]
+    assert "pass stopped by fencing" in log
+    assert store.lease(CONTROLLER).refused > refused_before
+    # What it would have done never reached the cloud: one instance, ctl-b's.
+    wait_for("ctl-b to run the burst to its end", lambda: cycle_done(store), 90)
+    assert_one_instance_and_exact_books(store, moto.endpoint)
+    assert a.alive() and a.status()["role"] == "standby"
+    assert a.stop() == 0 and b.stop() == 0
+
+
+# ---------------------------------------------------------------------------- PostgreSQL restart
+
+
+@pytest.fixture
+def pg_url(tmp_path):
+    if not PG_URL:
+        pytest.skip("needs PostgreSQL: PROVISIONER_TEST_DATABASE_URL (make test starts one)")
+    yield from databases("postgresql", tmp_path)
+
+
+def pg_ctl(url: str, action: str) -> None:
+    """Stop or start the private cluster the URL's socket directory belongs to."""
+    sock = Path(str(make_url(url).query["host"]))
+    bins = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    cmd = f"{bins[-1]} -D {sock / 'data'} -w -t 60 {action}"
+    if action == "stop":
+        cmd += " -m fast"
+    else:
+        port = make_url(url).query.get("port", "5432")
+        cmd += f' -l {sock / "log"} -o "-k {sock} -p {port} -c listen_addresses="'
+    argv = ["su", "postgres", "-s", "/bin/sh", "-c", cmd] if os.getuid() == 0 else ["sh", "-c", cmd]
+    subprocess.run(argv, check=True, capture_output=True, timeout=90)
+
+
+def test_restart_postgresql_under_two_controllers(pg_url, moto, tmp_path):
+    url = pg_url()
+    w = World(url, moto.endpoint, tmp_path, start_clock().now().timestamp())
+    store = Store(url)
+    try:
+        a = w.start("ctl-a")
+        wait_for("ctl-a to lead", lambda: leads(store, "ctl-a"))
+        b = w.start("ctl-b")
+        wait_for("ctl-b to stand by", lambda: b.status().get("role") == "standby")
+        wait_for("the first ledger rows", lambda: store.ledger_entries(), 60)
+
+        pg_ctl(url, "stop")
+        try:
+            for c in (a, b):
+                wait_for(f"{c.holder} to see the outage", lambda c=c: c.status().get("error"), 30)
+        finally:
+            pg_ctl(url, "start")
+
+        def recovered() -> bool:
+            roles = sorted(c.status().get("role", "") for c in (a, b))
+            return roles == ["leader", "standby"] and not any(
+                c.status().get("error") for c in (a, b)
+            )
+
+        wait_for("both controllers to recover", recovered, 60)
+        wait_for("the burst to run to its end", lambda: cycle_done(store), 90)
+        assert_one_instance_and_exact_books(store, moto.endpoint)
+        assert a.alive() and b.alive()
+        assert a.stop() == 0 and b.stop() == 0
+    finally:
+        w.stop_all()
+        store.close()
