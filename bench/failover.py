@@ -60,10 +60,9 @@ def one_round(dbs: Databases, moto: FaultyMotoServer, folder: Path, step: str, p
     store = Store(url)
     w = World(url, moto.endpoint, folder, start_clock().now().timestamp())
     try:
-        a = w.start("ctl-a", **({"pause_at": step} if pause else {"kill_at": step}))
-        wait_for("A to lead", lambda: _leads(store, "ctl-a"))
-        b = w.start("ctl-b")
-        wait_for("B to stand by", lambda: b.status().get("role") == "standby")
+        a = w.start("ctl-a", go=False, **({"pause_at": step} if pause else {"kill_at": step}))
+        b = w.start("ctl-b", go=False)
+        w.leader_and_standby(a, b, lambda: _leads(store, "ctl-a"))
         if pause:
             wait_for("A to stop", a.stopped_by_signal)
             down_at = a.status()["paused_at"]

@@ -106,6 +106,11 @@ def _child(cfg: dict[str, Any]) -> None:
     loop = ControllerLoop(c.reconciler, float(cfg["tick"]), leadership=lead, on_tick=on_tick)
     signal.signal(signal.SIGTERM, lambda *_: loop.request_stop())
     write(role="starting")
+    # Built and imported, the child waits for the parent's go before its first tick, so a
+    # standby can be ready before the leader reaches its step.
+    gate = Path(cfg["gate"])
+    while not gate.exists():
+        time.sleep(0.02)
     loop.run()
     write(role="stopped")
     c.store.close()
@@ -140,6 +145,13 @@ class Child:
             return dict(json.loads(self.status_file.read_text()))
         except (OSError, ValueError):
             return {}
+
+    def go(self) -> None:
+        """Let the child start ticking (it has built its controller and waits for this)."""
+        self.status_file.with_suffix(".go").touch()
+
+    def ready(self) -> bool:
+        return self.status().get("role") == "starting"
 
     def log(self) -> str:
         return self.log_file.read_text(errors="replace")
@@ -183,7 +195,8 @@ class World:
     speed: float = SPEED
     children: list[Child] = field(default_factory=list)
 
-    def start(self, holder: str, **steps: str) -> Child:
+    def start(self, holder: str, *, go: bool = True, **steps: str) -> Child:
+        """Start a controller process; with go=False it waits for `child.go()` to tick."""
         cfg = {
             "url": self.url,
             "endpoint": self.endpoint,
@@ -194,6 +207,7 @@ class World:
             "tick": self.tick_s,
             "ttl": self.ttl_s,
             "status_file": str(self.folder / f"{holder}.json"),
+            "gate": str(self.folder / f"{holder}.go"),
             **steps,
         }
         log_file = self.folder / f"{holder}.log"
@@ -210,7 +224,17 @@ class World:
         )
         child = Child(holder, proc, Path(cfg["status_file"]), log_file, out)
         self.children.append(child)
+        if go:
+            child.go()
         return child
+
+    def leader_and_standby(self, leader: Child, standby: Child, leads: Callable[[], Any]) -> None:
+        """Both built; the leader ticks first and takes the lease, then the standby ticks."""
+        wait_for("both controllers to be built", lambda: leader.ready() and standby.ready())
+        leader.go()
+        wait_for(f"{leader.holder} to lead", leads)
+        standby.go()
+        wait_for(f"{standby.holder} to tick", lambda: standby.status().get("ticks", 0) >= 1)
 
     def stop_all(self) -> None:
         for c in self.children:

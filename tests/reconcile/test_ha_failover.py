@@ -77,9 +77,9 @@ def assert_one_instance_and_exact_books(store: Store, endpoint: str) -> None:
 
 @pytest.mark.parametrize("step", [STEP_SCALE_UP_AFTER_INTENT, STEP_SCALE_UP_AFTER_CLOUD])
 def test_kill_9_the_leader_mid_scale_up_a_standby_takes_over_and_finishes(world, store, moto, step):
-    a = world.start("ctl-a", kill_at=step)
-    wait_for("ctl-a to lead", lambda: leads(store, "ctl-a"))
-    b = world.start("ctl-b")
+    a = world.start("ctl-a", go=False, kill_at=step)
+    b = world.start("ctl-b", go=False)
+    world.leader_and_standby(a, b, lambda: leads(store, "ctl-a"))
     wait_for("ctl-a to die at the step", lambda: a.proc.poll() is not None, 60)
     assert a.proc.returncode == -9, a.log()[-3000:]
     killed_at = a.status()["killed_at"]
@@ -98,9 +98,9 @@ def test_kill_9_the_leader_mid_scale_up_a_standby_takes_over_and_finishes(world,
 
 
 def test_a_leader_paused_past_its_lease_is_fenced_when_it_wakes(world, store, moto):
-    a = world.start("ctl-a", pause_at=STEP_SCALE_UP_AFTER_INTENT)
-    wait_for("ctl-a to lead", lambda: leads(store, "ctl-a"))
-    b = world.start("ctl-b")
+    a = world.start("ctl-a", go=False, pause_at=STEP_SCALE_UP_AFTER_INTENT)
+    b = world.start("ctl-b", go=False)
+    world.leader_and_standby(a, b, lambda: leads(store, "ctl-a"))
     wait_for("ctl-a to be stopped", a.stopped_by_signal, 60)
     (left,) = store.pending_intents()  # written before the cloud call it never made
 
@@ -152,9 +152,9 @@ def test_restart_postgresql_under_two_controllers(pg_url, moto, tmp_path):
     w = World(url, moto.endpoint, tmp_path, start_clock().now().timestamp())
     store = Store(url)
     try:
-        a = w.start("ctl-a")
-        wait_for("ctl-a to lead", lambda: leads(store, "ctl-a"))
-        b = w.start("ctl-b")
+        a = w.start("ctl-a", go=False)
+        b = w.start("ctl-b", go=False)
+        w.leader_and_standby(a, b, lambda: leads(store, "ctl-a"))
         wait_for("ctl-b to stand by", lambda: b.status().get("role") == "standby")
         wait_for("the first ledger rows", lambda: store.ledger_entries(), 60)
 
