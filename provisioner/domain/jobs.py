@@ -38,10 +38,18 @@ class Job:
     start_ts: float | None = None
     end_ts: float | None = None
     nodes: tuple[str, ...] = ()
+    eligible_ts: float | None = None
+    held: bool = False
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
             raise ValueError(f"job {self.job_id}: gpus must be >= 0, got {self.gpus}")
+
+    def can_start(self, now_ts: float) -> bool:
+        """A pending job Slurm would start now if resources were free."""
+        if self.state is not JobState.PENDING or self.held:
+            return False
+        return self.eligible_ts is None or self.eligible_ts <= now_ts
 
     @property
     def runtime_estimate_s(self) -> float | None:

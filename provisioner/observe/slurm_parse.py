@@ -260,6 +260,7 @@ def parse_job(rec: Mapping[str, Any]) -> Job:
     end = _epoch(rec.get("end_time"), where=f"{where}: end_time")
     started = state is not JobState.PENDING
     finished = state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+    eligible = _epoch(rec.get("eligible_time"), where=f"{where}: eligible_time")
     return Job(
         job_id=job_id,
         gpus=gpus,
@@ -274,7 +275,27 @@ def parse_job(rec: Mapping[str, Any]) -> Job:
         start_ts=start if started else None,
         end_ts=end if finished else None,
         nodes=nodes,
+        eligible_ts=eligible if not started else None,
+        held=not started and _held(rec),
     )
+
+
+# Pending reasons of a job Slurm will not start until someone releases it (a user or admin
+# hold, or a requeue after a failed launch, which Slurm holds).
+_HELD_REASONS = frozenset({"JOBHELDUSER", "JOBHELDADMIN"})
+
+
+def _held(rec: Mapping[str, Any]) -> bool:
+    reason = _text(rec.get("state_reason")).strip()
+    if reason.upper() in _HELD_REASONS or reason.lower().endswith("requeued held"):
+        return True
+    return "REQUEUE_HOLD" in {w.upper() for w in _words(rec.get("job_state"))}
+
+
+def _words(raw: Any) -> list[str]:
+    if isinstance(raw, str):
+        return [raw]
+    return [str(w) for w in raw] if isinstance(raw, list) else []
 
 
 def parse_jobs(doc: Mapping[str, Any], *, source: str = "squeue --json") -> tuple[Job, ...]:

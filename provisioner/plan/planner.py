@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from provisioner.config.models import Policy, PoolPolicy, WaitPolicy
@@ -285,6 +286,9 @@ class _Planner:
         waiting = self.policy.waiting
         policies: dict[tuple[str, str], WaitPolicy] = {}
         for job in pending:
+            if not job.can_start(now):
+                self._not_eligible(job)
+                continue
             wp = policies.get((job.partition, job.qos))
             if wp is None:
                 wp = policies[(job.partition, job.qos)] = waiting.for_job(job.partition, job.qos)
@@ -340,6 +344,16 @@ class _Planner:
                 continue
             out.append((job, wp, runtime, start, budget))
         return out
+
+    def _not_eligible(self, job: Job) -> None:
+        """Held, or not to start before its begin time: no capacity now, on-prem or cloud, can
+        run it, so none is bought (after a failed boot Slurm delays the requeued jobs)."""
+        if job.held or job.eligible_ts is None:
+            why = "held by Slurm until released"
+        else:  # the time itself, not a countdown: the verdict stays the same from pass to pass
+            begin = datetime.fromtimestamp(job.eligible_ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            why = f"Slurm will not start it before {begin} (begin time)"
+        self._decide(ReasonCode.WAIT_NOT_ELIGIBLE, (job.job_id,), detail={"why": why})
 
     def _capacity_in_flight(self) -> list[_OpenNode]:
         """Burst GPUs requested but not yet used: idle or partly used ready nodes and instances
