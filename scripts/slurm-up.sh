@@ -30,7 +30,7 @@
 #   N_ONPREM=2 ONPREM_GPUS=4 N_CLOUD=4 CLOUD_GPUS=8 CLOUD_PREFIX=cloud-aws
 #   CLOUD_FEATURES=cloud,aws,us-east-1,spot CLOUD_WEIGHT=100 ONPREM_WEIGHT=1
 #   NODE_CPUS=2 NODE_MEM=1000 GPU_TYPE=a100
-#   SUSPEND_TIME=10 SUSPEND_TIMEOUT=5 RESUME_TIMEOUT=15 SLURMD_TIMEOUT=60
+#   SUSPEND_TIME=10 SUSPEND_TIMEOUT=5 RESUME_TIMEOUT=45 SLURMD_TIMEOUT=60
 #   PORT_BASE=6817 (ctld=+0, slurmd port=+1, slurmrestd (24.11)=+3, hook bridge (24.11)=+4,
 #                   on-prem slurmds=+10.., cloud slurmds=+40..)
 #   WITH_REST=1    slurmrestd (22.05: unix:DIR/run/slurmrestd.sock; 24.11: 127.0.0.1:PORT_BASE+3)
@@ -54,7 +54,11 @@ CLOUD_FEATURES=${CLOUD_FEATURES:-cloud,aws,us-east-1,spot}
 CLOUD_WEIGHT=${CLOUD_WEIGHT:-100}; ONPREM_WEIGHT=${ONPREM_WEIGHT:-1}
 NODE_CPUS=${NODE_CPUS:-2}; NODE_MEM=${NODE_MEM:-1000};  GPU_TYPE=${GPU_TYPE:-a100}
 SUSPEND_TIME=${SUSPEND_TIME:-10}; SUSPEND_TIMEOUT=${SUSPEND_TIMEOUT:-5}
-RESUME_TIMEOUT=${RESUME_TIMEOUT:-15}; SLURMD_TIMEOUT=${SLURMD_TIMEOUT:-60}
+# A burst node's slurmd has RESUME_TIMEOUT to register after Slurm powers it up: the
+# controller's next pass binds an instance and the launcher starts the slurmd. On a loaded
+# 2-core machine that took over 15 s, the node failed, and Slurm held the requeued jobs back
+# for about two minutes, past the e2e test's deadline.
+RESUME_TIMEOUT=${RESUME_TIMEOUT:-45}; SLURMD_TIMEOUT=${SLURMD_TIMEOUT:-60}
 PORT_BASE=${PORT_BASE:-6817}
 WITH_REST=${WITH_REST:-1}; INSTALL=${INSTALL:-1}
 PROVISIONER=${PROVISIONER:-$REPO/.venv/bin/provisioner}

@@ -115,7 +115,10 @@ class Driver:
                 snap = self.c.reconciler.last_snapshot
                 nodes = [(n.name, str(n.state)) for n in snap.nodes] if snap else []
                 jobs = (
-                    [(j.job_id, str(j.state), j.partition, j.nodes) for j in snap.jobs]
+                    [
+                        (j.job_id, str(j.state), j.partition, j.nodes, j.eligible_ts, j.held)
+                        for j in snap.jobs
+                    ]
                     if snap
                     else []
                 )
