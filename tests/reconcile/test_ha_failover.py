@@ -6,16 +6,21 @@ launched), the lease row and a hand computation of the bill (reconcile_world.boo
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 
+import httpx
 import pytest
 from ha_world import TICK_S, TTL_S, World, wait_for
 from reconcile_world import CONTROLLER, books, ever_launched, live_instances, start_clock
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
+from provisioner.api.auth import create_token
 from provisioner.domain.instances import InstanceState
 from provisioner.reconcile.loop import STEP_SCALE_UP_AFTER_CLOUD, STEP_SCALE_UP_AFTER_INTENT
 from provisioner.reconcile.models import LedgerRow
@@ -23,6 +28,7 @@ from provisioner.reconcile.store import Store
 from tests.databases import PG_URL, databases
 
 pytestmark = [pytest.mark.ha, pytest.mark.aws]
+REPO = Path(__file__).resolve().parents[2]
 
 # One tick of slack on top of TTL + one tick: the standby's attempt, and the machine's
 # scheduling of two busy processes on two cores.
@@ -110,7 +116,7 @@ def test_a_leader_paused_past_its_lease_is_fenced_when_it_wakes(world, store, mo
     assert store.intent(left.token).status == "failed"  # recovered: the call never happened
     refused_before = store.lease(CONTROLLER).refused
 
-    a.proc.send_signal(subprocess.signal.SIGCONT)
+    a.proc.send_signal(signal.SIGCONT)
     wait_for("ctl-a to stand by", lambda: a.status().get("role") == "standby", 30)
     log = a.log()
     assert "write refused: fencing token 1 of ctl-a is stale" in log, log[-3000:]
@@ -178,4 +184,95 @@ def test_restart_postgresql_under_two_controllers(pg_url, moto, tmp_path):
         assert a.stop() == 0 and b.stop() == 0
     finally:
         w.stop_all()
+        store.close()
+
+
+# ---------------------------------------------------------------------------- provisioner run
+
+
+def _run_env(url: str, moto, api_port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVISIONER_")}
+    env.update(
+        {
+            "PROVISIONER_STORE_URL": url,
+            "PROVISIONER_POLICIES": str(REPO / "policies" / "demo"),
+            "PROVISIONER_SLURM_MODE": "none",
+            "PROVISIONER_POOL_DRIVER": "sdk",
+            "PROVISIONER_API_PORT": str(api_port),
+            "PROVISIONER_TICK_S": "0.2",
+            "PROVISIONER_LEASE_TTL_S": "2",
+            "AWS_ENDPOINT_URL": moto.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+    )
+    return env
+
+
+def _start_run(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
+    out = log.open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "provisioner.cli", "run"],
+        env=env,
+        cwd=REPO,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+    def api_url() -> str:
+        for line in log.read_text().splitlines():
+            if "API on " in line:
+                return line.split("API on ")[1].split(",")[0]
+        assert proc.poll() is None, log.read_text()[-2000:]
+        return ""
+
+    return proc, wait_for("the API line", api_url, 60)
+
+
+def test_two_runs_on_postgresql_one_leads_the_standby_serves_reads(pg_url, moto, tmp_path):
+    url = pg_url()
+    store = Store(url)
+    token = create_token(store, "viewer", "ha", time.time())
+    auth = {"Authorization": f"Bearer {token}"}
+    first, url_a = _start_run(_run_env(url, moto, 0), tmp_path / "a.log")
+    procs = [first]
+    try:
+        wait_for("the first to lead", lambda: store.lease("burst-demo"))
+        second, url_b = _start_run(_run_env(url, moto, 0), tmp_path / "b.log")
+        procs.append(second)
+
+        def lead(u: str) -> dict:
+            r = httpx.get(f"{u}/v1/status", headers=auth, timeout=10)
+            return r.json()["controller"].get("leadership") or {}
+
+        b = wait_for(
+            "the second to stand by", lambda: lead(url_b).get("role") == "standby" and lead(url_b)
+        )
+        a = lead(url_a)
+        assert a["role"] == "leader" and b["leader"] == a["holder_id"] != b["holder_id"]
+        # The standby serves the read API from the shared store.
+        for path in ("/v1/costs", "/v1/budgets", "/v1/decisions", "/v1/focus.csv"):
+            r = httpx.get(f"{url_b}{path}", headers=auth, timeout=30)
+            assert r.status_code == 200, (path, r.text[:500])
+        metrics = httpx.get(f"{url_b}/metrics", headers=auth, timeout=10).text
+        assert "provisioner_is_leader 0.0" in metrics
+        assert f'provisioner_leader{{holder="{a["holder_id"]}"}} 1.0' in metrics
+        assert (
+            httpx.get(f"{url_b}/v1/status", headers=auth, timeout=10).json()["controller"]["passes"]
+            == 0
+        )  # it planned and acted on nothing
+
+        first.send_signal(signal.SIGTERM)  # a clean stop hands the lease over
+        assert first.wait(timeout=60) == 0
+        took = wait_for(
+            "the standby to lead", lambda: lead(url_b).get("role") == "leader" and lead(url_b), 30
+        )
+        assert took["token"] == a["token"] + 1 and took["leader"] == b["holder_id"]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                p.wait(timeout=60)
         store.close()
