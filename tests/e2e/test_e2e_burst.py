@@ -123,7 +123,12 @@ class Driver:
                     else []
                 )
                 insts = [
-                    (si.instance.instance_id, str(si.instance.state), si.instance.node_name)
+                    (
+                        si.instance.instance_id,
+                        str(si.instance.state),
+                        si.instance.node_name,
+                        [(str(t.to_state), t.reason, round(t.at_ts)) for t in si.instance.history],
+                    )
                     for si in self.c.store.instances()
                 ]
                 errors = [e for r in self.reports[-5:] for e in r.errors]
