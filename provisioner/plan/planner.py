@@ -82,6 +82,11 @@ def _runtime(job: Job, policy: Policy, wp: WaitPolicy | None = None) -> float:
     return wp.default_runtime_s or policy.onprem.fallback_runtime_s
 
 
+# A job that will not stay on-prem: (job, its wait policy, runtime planned with, predicted
+# on-prem start, waiting budget, its offers ranked): ranked once, in the predict phase.
+_Bursting = tuple[Job, WaitPolicy, float, float, float, list[Candidate]]
+
+
 @dataclass
 class _Budget:
     """Running totals of what this plan commits, against the hard caps."""
@@ -160,6 +165,7 @@ class _Planner:
         self._rank_cache = catalog.memo
         self._keepalive = catalog.memo_owners
         self._pools_of: dict[int, frozenset[str]] = {}
+        self._full: dict[int, frozenset[str]] = {}
         self._pools_by_partition: dict[str, tuple[PoolPolicy, ...]] = {}
         self._onprem_partition: dict[str, bool] = {}
         self.onprem_model = policy.onprem.gpu_model.lower()
@@ -245,6 +251,9 @@ class _Planner:
 
     def _full_pools(self, ranked: Sequence[Candidate]) -> frozenset[str] | None:
         """The pools of `ranked` when every one of them is at its max size, else None."""
+        full = self._full.get(id(ranked))
+        if full is not None:
+            return full  # pools only fill up during a pass: full once, full for the rest
         pools = self._pools_of.get(id(ranked))
         if pools is None:
             pools = frozenset(c.pool for c in ranked)
@@ -252,6 +261,7 @@ class _Planner:
         for name in pools:
             if self.pool_nodes.get(name, 0) < self.policy.pool(name).max_nodes:
                 return None
+        self._full[id(ranked)] = pools
         return pools
 
     # ---- phases --------------------------------------------------------------------------
@@ -277,9 +287,9 @@ class _Planner:
         self._scale_down(claimed)
         return Plan(self.now, tuple(self.actions), tuple(self.decisions), self.predicted)
 
-    def _predict(self, prof: OnPremProfile) -> list[tuple[Job, WaitPolicy, float, float, float]]:
+    def _predict(self, prof: OnPremProfile) -> list[_Bursting]:
         """Place pending jobs on-prem in queue order; return those that should burst."""
-        out: list[tuple[Job, WaitPolicy, float, float, float]] = []
+        out: list[_Bursting] = []
         now = self.now
         pending = sorted(self.snap.pending, key=lambda j: (j.submit_ts, j.job_id))
         waiting = self.policy.waiting
@@ -338,7 +348,7 @@ class _Planner:
                         wait_budget_s=budget,
                     )
                 continue
-            out.append((job, wp, runtime, start, budget))
+            out.append((job, wp, runtime, start, budget, ranked))
         return out
 
     def _capacity_in_flight(self) -> list[_OpenNode]:
@@ -388,7 +398,7 @@ class _Planner:
 
     def _burst(
         self,
-        bursting: list[tuple[Job, WaitPolicy, float, float, float]],
+        bursting: list[_Bursting],
         open_nodes: list[_OpenNode],
     ) -> None:
         groups: list[_Group] = []
@@ -396,7 +406,7 @@ class _Planner:
             tuple[int, str], tuple[tuple[Alternative, ...], list[str], str, float, float]
         ] = {}
         planned_nodes = 0
-        for job, wp, runtime, start, budget in bursting:
+        for job, wp, runtime, start, budget, ranked in bursting:
             model = (job.gpu_type or self.onprem_model).lower()
             urgent = wp.urgent
             team = self.policy.budgets.team_for(job.account)
@@ -440,7 +450,6 @@ class _Planner:
                     )
                 continue
             # 2. a new node: the cheapest offer that passes every guardrail.
-            ranked = self._ranked(job, model, wp, runtime, urgent)
             if not ranked:
                 self._decide(
                     ReasonCode.BLOCKED_NO_OFFER,
