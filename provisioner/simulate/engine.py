@@ -349,50 +349,80 @@ class Simulation:
 
     def _planned(self, batch: Sequence[int], now: float) -> None:
         exact = self.s.estimate == "exact"
-        snap = ClusterSnapshot(
-            taken_ts=now,
-            jobs=tuple(
-                Job(
-                    job_id=f"{i:09d}",
-                    gpus=self.jobs[i].gpus,
-                    submit_ts=self.jobs[i].submit_s,
-                    account=self.jobs[i].group,
-                    expected_runtime_s=self.jobs[i].duration_s if exact else None,
-                )
-                for i in batch
-            ),
-        )
-        result = plan(snap, self.policy, self.catalog, Backoff(), now, onprem=self.view)
-        burst: set[int] = set()
-        for action in result.scale_ups:
-            idxs = [int(j) for j in action.job_ids]
-            burst.update(idxs)
-            cand = self._candidate_of(action.pool, action.offer, self.jobs[idxs[0]].gpus)
-            self._burst(idxs, cand, now)
-        self.policy.waiting.for_job("onprem", "")
         fallback_rt = self._fallback_rt
+        # Jobs the planner would place at once (its first step, in queue order) need no
+        # planner call: they stay on-prem and get no decision. Placing that prefix here, on the
+        # view the planner would copy, leaves it the same state for the rest of the batch.
+        view = self.view
+        kept: list[tuple[int, Placement, float]] = []
+        k = 0
         for i in batch:
+            job = self.jobs[i]
+            runtime = job.duration_s if exact else fallback_rt
+            vplace = view.earliest(job.gpus, now, runtime, latest=now)
+            if vplace is None:
+                break
+            k += 1
+            if exact:
+                self._onprem(i, job, vplace)
+            else:
+                vend = vplace.start_ts + runtime
+                view.commit(vplace, vend)
+                kept.append((i, vplace, vend))
+        rest = batch[k:]
+        burst: set[int] = set()
+        if rest:
+            snap = ClusterSnapshot(
+                taken_ts=now,
+                jobs=tuple(
+                    Job(
+                        job_id=f"{i:09d}",
+                        gpus=self.jobs[i].gpus,
+                        submit_ts=self.jobs[i].submit_s,
+                        account=self.jobs[i].group,
+                        expected_runtime_s=self.jobs[i].duration_s if exact else None,
+                    )
+                    for i in rest
+                ),
+            )
+            result = plan(snap, self.policy, self.catalog, Backoff(), now, onprem=view)
+            for action in result.scale_ups:
+                idxs = [int(j) for j in action.job_ids]
+                burst.update(idxs)
+                cand = self._candidate_of(action.pool, action.offer, self.jobs[idxs[0]].gpus)
+                self._burst(idxs, cand, now)
+        for i, vplace, vend in kept:
+            self._kept_blind(i, vplace, vend, now)
+        for i in rest:
             if i in burst:
                 continue
             job = self.jobs[i]
-            place = self.true.earliest(job.gpus, now, job.duration_s)
-            assert place is not None
             if exact:
+                place = self.true.earliest(job.gpus, now, job.duration_s)
+                assert place is not None
                 self._onprem(i, job, place)
                 continue
             # The planner kept the job on-prem from its own (runtime-blind) view.
-            vplace = self.view.earliest(job.gpus, now, fallback_rt)
+            vplace = view.earliest(job.gpus, now, fallback_rt)
             assert vplace is not None
             vend = vplace.start_ts + fallback_rt
-            self.view.commit(vplace, vend)
-            deadline = job.submit_s + self._budget(job, None)
-            if place.start_ts <= deadline:
-                self._onprem(i, job, place)
-                self._watch(vplace, vend, place.start_ts + job.duration_s)
-            else:
-                self.timeouts += 1
-                self._watch(vplace, vend, deadline)
-                self._burst([i], self._best_now(job), deadline)
+            view.commit(vplace, vend)
+            self._kept_blind(i, vplace, vend, now)
+
+    def _kept_blind(self, i: int, vplace: Placement, vend: float, now: float) -> None:
+        """A job the runtime-blind planner kept on-prem: it starts when the true cluster can
+        start it, or bursts when its budget runs out first."""
+        job = self.jobs[i]
+        place = self.true.earliest(job.gpus, now, job.duration_s)
+        assert place is not None
+        deadline = job.submit_s + self._budget(job, None)
+        if place.start_ts <= deadline:
+            self._onprem(i, job, place)
+            self._watch(vplace, vend, place.start_ts + job.duration_s)
+        else:
+            self.timeouts += 1
+            self._watch(vplace, vend, deadline)
+            self._burst([i], self._best_now(job), deadline)
 
     def _budget(self, job: TraceJob, known_runtime: float | None) -> float:
         """The default policy's waiting budget for a job (the planner computes the same)."""
