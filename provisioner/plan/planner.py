@@ -72,6 +72,32 @@ def _usd(value: float) -> Decimal:
     return Decimal(repr(round(value, 6)))
 
 
+def hedge_fraction(job: Job, wp: WaitPolicy) -> float:
+    """The share of its budget a job waits before it may burst (the no-regret rule, see
+    WaitPolicy): 0 decides at arrival, 1 waits the whole budget."""
+    if job.expected_runtime_s is None:
+        # No estimate: the start is predicted from assumed runtimes. A time limit alone is
+        # trusted as before (an upper bound the user chose).
+        return 0.0 if job.time_limit_s is not None else wp.hedge_unknown
+    if not job.runtime_source:
+        return 0.0  # given as is (a user's estimate, or exact in a simulator run)
+    spread = job.runtime_spread_s
+    if spread is None or job.expected_runtime_s <= 0:
+        return wp.hedge_unknown
+    return min(wp.hedge_unknown, spread / job.expected_runtime_s / wp.hedge_cv)
+
+
+def runtime_detail(job: Job, runtime: float) -> dict[str, str]:
+    """What a decision shows about the runtime it planned with, and where that came from."""
+    if job.expected_runtime_s is not None:
+        source = job.runtime_source or "estimate"
+    elif job.time_limit_s is not None:
+        source = "limit"
+    else:
+        source = "default"
+    return {"runtime_s": f"{runtime:.0f}", "runtime_source": source}
+
+
 def _runtime(job: Job, policy: Policy, wp: WaitPolicy | None = None) -> float:
     """The runtime planned with: the job's estimate, else its class's assumed runtime."""
     est = job.runtime_estimate_s
@@ -137,6 +163,7 @@ class _Group:
     budget_s: float
     saved_s: float
     urgent: bool
+    runtime: dict[str, str]
 
 
 class _Planner:
@@ -306,7 +333,7 @@ class _Planner:
             if onprem_ok:
                 placement = prof.earliest(job.gpus, now, runtime, latest=now)
             urgent = wp.urgent
-            waited_for_boot = False
+            waited_for_boot = hedged = False
             ranked: list[Candidate] = []
             if placement is not None:  # starts at once
                 start, budget, stay = now, 0.0, True
@@ -334,18 +361,36 @@ class _Planner:
                         (job.job_id,),
                         predicted_wait_s=start - now,
                         wait_budget_s=budget,
-                        detail={"boot_s": f"{boot:.0f}"},
+                        detail={"boot_s": f"{boot:.0f}", **runtime_detail(job, runtime)},
                     )
                     stay = True
-            if stay and placement is not None:
-                prof.commit(placement, start + runtime)
-                self.predicted[job.job_id] = start
-                if not (urgent or waited_for_boot or start - now <= 0):
+                if not stay and not urgent and onprem_ok and job.gpus <= prof.total_gpus:
+                    # No regret: a start predicted from a guessed runtime does not send the job
+                    # to the cloud before it has waited its share of the budget.
+                    share = hedge_fraction(job, wp)
+                    if share > 0 and now - job.submit_ts < share * budget:
+                        hedged = stay = True
+                        self._decide(
+                            ReasonCode.WAIT_UNCERTAIN_RUNTIME,
+                            (job.job_id,),
+                            predicted_wait_s=start - now,
+                            wait_budget_s=budget,
+                            detail={
+                                "burst_after_s": f"{share * budget:.0f}",
+                                **runtime_detail(job, runtime),
+                            },
+                        )
+            if stay:
+                if placement is not None:
+                    prof.commit(placement, start + runtime)
+                    self.predicted[job.job_id] = start
+                if not (urgent or waited_for_boot or hedged or start - now <= 0):
                     self._decide(
                         ReasonCode.WAIT_WITHIN_BUDGET,
                         (job.job_id,),
                         predicted_wait_s=start - now,
                         wait_budget_s=budget,
+                        detail=runtime_detail(job, runtime),
                     )
                 continue
             out.append((job, wp, runtime, start, budget, ranked))
@@ -511,6 +556,7 @@ class _Planner:
                     budget,
                     saved,
                     urgent,
+                    runtime_detail(job, runtime),
                 )
             )
             leftover = chosen.gpus_per_node - job.gpus
@@ -551,7 +597,7 @@ class _Planner:
                 global_headroom_usd_hr=self.budget.global_headroom(),
                 team_headroom_usd=team_room,
                 team=g.team,
-                detail={"pool": g.cand.pool, "boot_s": f"{g.cand.boot_s:.0f}"},
+                detail={"pool": g.cand.pool, "boot_s": f"{g.cand.boot_s:.0f}", **g.runtime},
             )
             self.actions.append(
                 ScaleUp(
