@@ -20,6 +20,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 INF = math.inf
+NEAR_ALL = 256  # multi-node jobs look at every node of a cluster up to this size
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +226,10 @@ class OnPremProfile:
             if ver != self._version[i]:
                 heapq.heappop(h)
                 continue
-            if max(bound, not_before) >= best or bound > latest:
+            # Strictly past `best` only: every node that could tie is looked at, so the lowest
+            # index wins whatever the age of the heap's bounds (which lag behind trimming).
+            # Stopping at a tie made placements depend on the queries asked before.
+            if max(bound, not_before) > best or bound > latest:
                 break
             stale.append(heapq.heappop(h))
             t = self._fit(i, gpus, duration, not_before)
@@ -264,8 +268,15 @@ class OnPremProfile:
         # small cluster), try the times each could first hold a whole-node share, then the time
         # all their reservations are over.
         # First fit: among those nodes, in node order.
-        near = sorted(self._nearest(G, max(64, 4 * need + 16)))
-        near_rest = sorted(self._nearest(rest, max(64, 4 * need + 16))) if rest else []
+        # Up to NEAR_ALL nodes, all of them, so the choice cannot depend on the heap's history.
+        m = max(NEAR_ALL, 4 * need + 16)
+        near = sorted(self._nearest(G, m)) if len(self.cap) > m else list(range(len(self.cap)))
+        if not rest:
+            near_rest: list[int] = []
+        elif len(self.cap) > m:
+            near_rest = sorted(self._nearest(rest, m))
+        else:
+            near_rest = list(range(len(self.cap)))
         firsts = sorted({self._fit(i, G, duration, not_before) for i in near} - {INF})
         tail = max([not_before, *(self.times[i][-1] for i in near)])
         for t in [*firsts[: 2 * need + 8], tail]:
