@@ -36,6 +36,7 @@ from provisioner.reconcile.store_records import (
     from_micros,
     to_micros,
 )
+from provisioner.reconcile.store_runtime import RuntimeHistoryStore
 from provisioner.reconcile.store_telemetry import TelemetryStore
 from provisioner.reconcile.store_tokens import TokenStore
 
@@ -67,6 +68,14 @@ __all__ = [
 ]
 
 
-class Store(PolicyStore, DecisionStore, InstanceStore, TelemetryStore, LedgerStore, TokenStore):
+class Store(
+    PolicyStore,
+    DecisionStore,
+    InstanceStore,
+    TelemetryStore,
+    LedgerStore,
+    TokenStore,
+    RuntimeHistoryStore,
+):
     """All reads and writes of the controller's database: one class per concern (policy,
     decisions, intents and instances, telemetry, usage and ledger, tokens), all on one engine."""
