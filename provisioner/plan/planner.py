@@ -87,15 +87,6 @@ def hedge_fraction(job: Job, wp: WaitPolicy) -> float:
     return min(wp.hedge_unknown, spread / job.expected_runtime_s / wp.hedge_cv)
 
 
-def learned_budget(budget: float, job: Job, wp: WaitPolicy) -> float:
-    """A learned runtime is a guess, and a short guess of a long job gives it too little
-    patience: the budget grows by the history's relative spread (at most doubled; doubled when
-    the spread is unknown), still within the cap."""
-    est, spread = job.expected_runtime_s, job.runtime_spread_s
-    cv = 1.0 if spread is None or not est else min(1.0, spread / est)
-    return min(wp.cap_s, budget * (1.0 + cv))
-
-
 def runtime_detail(job: Job, runtime: float) -> dict[str, str]:
     """What a decision shows about the runtime it planned with, and where that came from."""
     if job.expected_runtime_s is not None:
@@ -350,8 +341,6 @@ class _Planner:
                 ranked = self._ranked(job, model, wp, runtime, urgent)
                 cheapest = ranked[0].expected_cost(runtime, self.policy.spot) if ranked else None
                 budget = wp.budget_s(job.gpus, est, cheapest)
-                if job.runtime_source:
-                    budget = learned_budget(budget, job, wp)
                 boot = ranked[0].boot_s if ranked else INF
                 # Only a start by the budget (or before a cloud node could boot) matters.
                 latest = now if urgent else max(job.submit_ts + budget, now + boot)

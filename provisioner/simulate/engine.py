@@ -23,7 +23,7 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
@@ -35,7 +35,7 @@ from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.catalog import Catalog
 from provisioner.plan.history import RuntimeHistory
-from provisioner.plan.planner import hedge_fraction, learned_budget, plan
+from provisioner.plan.planner import hedge_fraction, plan
 from provisioner.plan.profile import OnPremProfile, Placement
 from provisioner.plan.ranking import Candidate, candidates_for, rank
 from provisioner.simulate.trace import TraceJob
@@ -424,7 +424,7 @@ class Simulation:
             limit = self.fixed_wait
         else:  # budget-timeout: the default budget, but waiting it out instead of predicting
             told = self._tell(i)
-            limit = self._budget(job, *_known(told))
+            limit = self._budget(job, told[0] if told is not None else None)
         if place is not None and place.start_ts - now <= limit:
             self._onprem(i, job, place)
             return
@@ -517,7 +517,7 @@ class Simulation:
         place = self.true.earliest(job.gpus, now, job.duration_s)
         assert place is not None
         t = self._told[i]
-        deadline = job.submit_s + share * self._budget(job, *_known(t))
+        deadline = job.submit_s + share * self._budget(job, t[0] if t is not None else None)
         if place.start_ts <= deadline:
             self._onprem(i, job, place)
             self._watch(vplace, vend, place.start_ts + job.duration_s)
@@ -526,16 +526,13 @@ class Simulation:
             self._watch(vplace, vend, deadline)
             self._burst([i], self._best_now(job), deadline, place.start_ts)
 
-    def _budget(
-        self, job: TraceJob, known_runtime: float | None, learned: Job | None = None
-    ) -> float:
+    def _budget(self, job: TraceJob, known_runtime: float | None) -> float:
         """The default policy's waiting budget for a job (the planner computes the same)."""
         wp = self.policy.waiting.for_job("onprem", "")
         runtime = known_runtime if known_runtime is not None else self._fallback_rt
         ranked = self._ranked(job.gpus, wp.spot_allowed, runtime)
         cheapest = ranked[0].expected_cost(runtime, self.policy.spot) if ranked else None
-        budget = wp.budget_s(job.gpus, known_runtime, cheapest)
-        return learned_budget(budget, learned, wp) if learned is not None else budget
+        return wp.budget_s(job.gpus, known_runtime, cheapest)
 
     def _best_now(self, job: TraceJob) -> Candidate:
         wp = self.policy.waiting.for_job("onprem", "")
@@ -631,16 +628,6 @@ class Simulation:
             regret_within_budget_jobs=self.regret_budget_jobs,
             cloud_gpus_over_time=gpus_over_time(self.cloud.spans, first),
         )
-
-
-def _known(told: tuple[float, str, float | None] | None) -> tuple[float | None, Job | None]:
-    """(runtime the planner was told, and the job as told when it was learned) for _budget."""
-    if told is None:
-        return None, None
-    if not told[1]:
-        return told[0], None
-    job = Job("", 1, 0.0, expected_runtime_s=told[0], runtime_source=told[1])
-    return told[0], replace(job, runtime_spread_s=told[2])
 
 
 POLICY_KINDS = ("default", "never", "immediate", "fixed-wait", "budget-timeout")

@@ -257,13 +257,12 @@ def _hist_run(estimate: str):
 
 
 def test_history_learns_runtimes_as_the_trace_replays() -> None:
-    # history: c is predicted at user u's 2000 s (one sample: spread unknown, so its budget
-    # 0.5 * 1 * 2000 = 1000 is doubled to 2000): the predicted wait 1900 is within it, and c
-    # starts on-prem at 6000 (before 4100 + 2000).
+    # history: c is predicted at user u's 2000 s (one sample: spread unknown, share 0.5);
+    # budget 0.5 * 1 * 2000 = 1000 < predicted wait 1900: waits 500 s, then bursts.
     r = _hist_run("history")
-    assert r.avg_wait_s == pytest.approx(1900 / 3)
-    assert r.timeouts == 0
-    assert r.cloud_cost_usd == 0
+    assert r.avg_wait_s == pytest.approx(500 / 3)
+    assert r.timeouts == 1
+    assert float(r.cloud_cost_usd) == pytest.approx(100 / 3600, abs=1e-9)
     # none: budget 2772 s (per GPU); share 0.5 -> waits 1386 s
     assert _hist_run("none").avg_wait_s == pytest.approx(1386 / 3)
     # exact: budget 0.5 * 100 = 50 s < 1900: bursts at arrival
