@@ -24,6 +24,8 @@ ROWS = [(g, e) for g in (256, 512, 768) for e in ("exact", "none")]
 CHILD = """
 import json, sys, time
 from decimal import Decimal
+import provisioner
+assert provisioner.__file__.startswith(sys.argv[4]), provisioner.__file__
 from provisioner.config import load_policy
 from provisioner.simulate.engine import SimSettings, flat_catalog, simulate
 from provisioner.simulate.trace import load_trace
@@ -40,8 +42,9 @@ print(json.dumps({"wall_s": time.perf_counter() - t0, "usd": str(r.cloud_cost_us
 
 def _time(tree: Path, gpus: int, est: str) -> dict[str, object]:
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(ROOT), str(gpus), est],
+        [sys.executable, "-c", CHILD, str(ROOT), str(gpus), est, str(tree)],
         env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
+        cwd=tree,  # `python -c` puts the working directory first on sys.path
         capture_output=True,
         text=True,
         check=True,
