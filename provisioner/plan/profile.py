@@ -226,10 +226,13 @@ class OnPremProfile:
             if ver != self._version[i]:
                 heapq.heappop(h)
                 continue
-            # Strictly past `best` only: every node that could tie is looked at, so the lowest
-            # index wins whatever the age of the heap's bounds (which lag behind trimming).
-            # Stopping at a tie made placements depend on the queries asked before.
+            # A node that could tie with `best` is still looked at unless its index is higher,
+            # so the lowest index wins whatever the age of the heap's bounds (they lag behind
+            # trimming). Stopping at the first tie made placements depend on the queries asked
+            # before. Entries bounded exactly at `best` come in index order: stop past best_i.
             if max(bound, not_before) > best or bound > latest:
+                break
+            if bound == best and i > best_i:
                 break
             stale.append(heapq.heappop(h))
             t = self._fit(i, gpus, duration, not_before)
