@@ -321,6 +321,7 @@ class _Planner:
         pending = sorted(self.snap.pending, key=lambda j: (j.submit_ts, j.job_id))
         waiting = self.policy.waiting
         policies: dict[tuple[str, str], WaitPolicy] = {}
+        onprem_total = prof.total_gpus
         for job in pending:
             wp = policies.get((job.partition, job.qos))
             if wp is None:
@@ -364,11 +365,16 @@ class _Planner:
                         detail={"boot_s": f"{boot:.0f}", **runtime_detail(job, runtime)},
                     )
                     stay = True
-                if not stay and not urgent and onprem_ok and job.gpus <= prof.total_gpus:
+                if not stay and not urgent and onprem_ok:
                     # No regret: a start predicted from a guessed runtime does not send the job
-                    # to the cloud before it has waited its share of the budget.
+                    # to the cloud before it has waited its share of the budget (unless it could
+                    # never run on-prem at all).
                     share = hedge_fraction(job, wp)
-                    if share > 0 and now - job.submit_ts < share * budget:
+                    if (
+                        share > 0
+                        and now - job.submit_ts < share * budget
+                        and job.gpus <= onprem_total
+                    ):
                         hedged = stay = True
                         self._decide(
                             ReasonCode.WAIT_UNCERTAIN_RUNTIME,
