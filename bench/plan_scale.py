@@ -1,7 +1,8 @@
 """One planning pass at scale: 100,000 pending jobs, 10,000 on-prem nodes, the full catalog.
 
 Prints the pass time beside the time to parse the same snapshot from JSON (the baseline every
-pass pays anyway), and their ratio. Target: the pass under 1 s. Last line: one JSON object.
+pass pays anyway), and their ratio. Targets: the pass under 1 s, and at most 0.5x the parse.
+Last line: one JSON object.
 """
 
 from __future__ import annotations
@@ -75,11 +76,15 @@ def main() -> None:
     policy = load_policy(Path(__file__).resolve().parents[1] / "policies")
     catalog = load_catalog()
     text = json.dumps(snapshot_doc())
-    t0 = time.perf_counter()
-    snap = snapshot_from_dict(json.loads(text), "bench")
-    parse_s = time.perf_counter() - t0
+    # Best of three for both sides: this machine is shared, and one slow parse would flatter
+    # the ratio as much as one slow pass would hurt it.
+    parse_s = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        snap = snapshot_from_dict(json.loads(text), "bench")
+        parse_s = min(parse_s, time.perf_counter() - t0)
     best = float("inf")
-    for _ in range(2):
+    for _ in range(3):
         catalog.memo.clear()
         t0 = time.perf_counter()
         result = plan(snap, policy, catalog, Backoff(), NOW)
@@ -96,6 +101,7 @@ def main() -> None:
         "nodes_requested": sum(u.nodes for u in ups),
         "decisions": len(result.decisions),
         "target_plan_s": 1.0,
+        "target_plan_to_parse_ratio": 0.5,
     }
     print(
         f"planning pass: {best:.3f} s for {PENDING:,} pending jobs on {NODES:,} nodes "

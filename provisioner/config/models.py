@@ -27,6 +27,17 @@ class WaitPolicy(Strict):
     Either is clamped to [floor_s, cap_s]. `urgent` classes (e.g. inference) burst at once, on
     on-demand capacity only. `default_runtime_s` is the runtime assumed for costs and start
     predictions when a job has neither an estimate nor a time limit.
+
+    No regret: a job whose runtime is a guess (no estimate, or one learned from history) is not
+    sent to the cloud at arrival on that guess. When its predicted start lies beyond its budget
+    it first waits a share of the budget, `min(hedge_unknown, cv / hedge_cv)` (cv: the
+    history's spread over its runtime; `hedge_unknown` with no estimate or fewer than two
+    samples), and bursts then if on-prem has not started it. This is ski rental with a
+    prediction (Purohit, Svitkina and Kumar, NeurIPS 2018): waiting a share s of the break-even
+    time costs at most 1 + 1/s times the best choice in hindsight whatever the prediction, and
+    1 + s when it is right; s = 0.5 bounds both (3x, 1.5x). s = 1 is the plain break-even rule
+    (2x, ignoring the prediction); exact estimates decide at once. Estimates given as is and
+    time limits are trusted (s = 0).
     """
 
     usd_per_wait_hour: Decimal | None = Field(default=None, gt=0)
@@ -37,6 +48,8 @@ class WaitPolicy(Strict):
     urgent: bool = False
     default_runtime_s: float | None = Field(default=None, gt=0)
     spot_allowed: bool = True
+    hedge_cv: float = Field(default=1.0, gt=0)
+    hedge_unknown: float = Field(default=0.5, ge=0, le=1)
 
     @model_validator(mode="after")
     def _floor_below_cap(self) -> WaitPolicy:

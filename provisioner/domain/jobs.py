@@ -21,7 +21,9 @@ class Job:
     `gpus` is the job's total GPU count. `gpu_type` is the requested model ("" takes the
     on-prem default). `expected_runtime_s` is the best runtime estimate known (a user estimate,
     history, or the exact runtime in a simulator run with `--estimate exact`); None means unknown,
-    and the time limit is used in its place when there is one.
+    and the time limit is used in its place when there is one. `runtime_source` says where a
+    learned estimate came from ("user", "group", "partition": see plan/history.py; "" for one
+    given as is) and `runtime_spread_s` how much that history varies (None: unknown).
     """
 
     job_id: str
@@ -34,6 +36,8 @@ class Job:
     gpu_type: str = ""
     time_limit_s: float | None = None
     expected_runtime_s: float | None = None
+    runtime_source: str = ""
+    runtime_spread_s: float | None = None
     state: JobState = JobState.PENDING
     start_ts: float | None = None
     end_ts: float | None = None

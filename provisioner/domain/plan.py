@@ -17,6 +17,7 @@ class ReasonCode(StrEnum):
     WAIT_WITHIN_BUDGET = "wait_within_budget"
     WAIT_FASTER_THAN_BOOT = "wait_faster_than_boot"
     WAIT_NOT_ELIGIBLE = "wait_not_eligible"  # held, or a begin time still ahead
+    WAIT_UNCERTAIN_RUNTIME = "wait_uncertain_runtime"
     COVERED_BY_INFLIGHT = "covered_by_inflight"
     BLOCKED_NO_OFFER = "blocked_no_offer"
     BLOCKED_POOL_MAX = "blocked_pool_max"

@@ -31,8 +31,10 @@ def offer_fits(offer: Offer, req: OfferRequest, capacity: CapacityType) -> bool:
     if offer.gpus_per_node < 1 or offer.whole_gpus < req.gpus_per_node:
         return False
     if req.gpu_model is not None:
-        wanted = {req.gpu_model.lower(), *(m.lower() for m in req.equivalent_models)}
-        if offer.gpu_model.lower() not in wanted:
+        model = offer.gpu_model.lower()
+        if model != req.gpu_model.lower() and all(
+            model != m.lower() for m in req.equivalent_models
+        ):
             return False
     if req.min_gpu_mem_gb is not None and (
         offer.gpu_mem_gb is None or offer.gpu_mem_gb < req.min_gpu_mem_gb

@@ -73,6 +73,32 @@ def _usd(value: float) -> Decimal:
     return Decimal(repr(round(value, 6)))
 
 
+def hedge_fraction(job: Job, wp: WaitPolicy) -> float:
+    """The share of its budget a job waits before it may burst (the no-regret rule, see
+    WaitPolicy): 0 decides at arrival, 1 waits the whole budget."""
+    if job.expected_runtime_s is None:
+        # No estimate: the start is predicted from assumed runtimes. A time limit alone is
+        # trusted as before (an upper bound the user chose).
+        return 0.0 if job.time_limit_s is not None else wp.hedge_unknown
+    if not job.runtime_source:
+        return 0.0  # given as is (a user's estimate, or exact in a simulator run)
+    spread = job.runtime_spread_s
+    if spread is None or job.expected_runtime_s <= 0:
+        return wp.hedge_unknown
+    return min(wp.hedge_unknown, spread / job.expected_runtime_s / wp.hedge_cv)
+
+
+def runtime_detail(job: Job, runtime: float) -> dict[str, str]:
+    """What a decision shows about the runtime it planned with, and where that came from."""
+    if job.expected_runtime_s is not None:
+        source = job.runtime_source or "estimate"
+    elif job.time_limit_s is not None:
+        source = "limit"
+    else:
+        source = "default"
+    return {"runtime_s": f"{runtime:.0f}", "runtime_source": source}
+
+
 def _runtime(job: Job, policy: Policy, wp: WaitPolicy | None = None) -> float:
     """The runtime planned with: the job's estimate, else its class's assumed runtime."""
     est = job.runtime_estimate_s
@@ -81,6 +107,11 @@ def _runtime(job: Job, policy: Policy, wp: WaitPolicy | None = None) -> float:
     if wp is None:
         wp = policy.waiting.for_job(job.partition, job.qos)
     return wp.default_runtime_s or policy.onprem.fallback_runtime_s
+
+
+# A job that will not stay on-prem: (job, its wait policy, runtime planned with, predicted
+# on-prem start, waiting budget, its offers ranked): ranked once, in the predict phase.
+_Bursting = tuple[Job, WaitPolicy, float, float, float, list[Candidate]]
 
 
 @dataclass
@@ -133,6 +164,7 @@ class _Group:
     budget_s: float
     saved_s: float
     urgent: bool
+    runtime: dict[str, str]
 
 
 class _Planner:
@@ -161,6 +193,7 @@ class _Planner:
         self._rank_cache = catalog.memo
         self._keepalive = catalog.memo_owners
         self._pools_of: dict[int, frozenset[str]] = {}
+        self._full: dict[int, frozenset[str]] = {}
         self._pools_by_partition: dict[str, tuple[PoolPolicy, ...]] = {}
         self._onprem_partition: dict[str, bool] = {}
         self.onprem_model = policy.onprem.gpu_model.lower()
@@ -246,6 +279,9 @@ class _Planner:
 
     def _full_pools(self, ranked: Sequence[Candidate]) -> frozenset[str] | None:
         """The pools of `ranked` when every one of them is at its max size, else None."""
+        full = self._full.get(id(ranked))
+        if full is not None:
+            return full  # pools only fill up during a pass: full once, full for the rest
         pools = self._pools_of.get(id(ranked))
         if pools is None:
             pools = frozenset(c.pool for c in ranked)
@@ -253,6 +289,7 @@ class _Planner:
         for name in pools:
             if self.pool_nodes.get(name, 0) < self.policy.pool(name).max_nodes:
                 return None
+        self._full[id(ranked)] = pools
         return pools
 
     # ---- phases --------------------------------------------------------------------------
@@ -278,13 +315,14 @@ class _Planner:
         self._scale_down(claimed)
         return Plan(self.now, tuple(self.actions), tuple(self.decisions), self.predicted)
 
-    def _predict(self, prof: OnPremProfile) -> list[tuple[Job, WaitPolicy, float, float, float]]:
+    def _predict(self, prof: OnPremProfile) -> list[_Bursting]:
         """Place pending jobs on-prem in queue order; return those that should burst."""
-        out: list[tuple[Job, WaitPolicy, float, float, float]] = []
+        out: list[_Bursting] = []
         now = self.now
         pending = sorted(self.snap.pending, key=lambda j: (j.submit_ts, j.job_id))
         waiting = self.policy.waiting
         policies: dict[tuple[str, str], WaitPolicy] = {}
+        onprem_total = prof.total_gpus
         for job in pending:
             if not job.can_start(now):
                 self._not_eligible(job)
@@ -300,7 +338,7 @@ class _Planner:
             if onprem_ok:
                 placement = prof.earliest(job.gpus, now, runtime, latest=now)
             urgent = wp.urgent
-            waited_for_boot = False
+            waited_for_boot = hedged = False
             ranked: list[Candidate] = []
             if placement is not None:  # starts at once
                 start, budget, stay = now, 0.0, True
@@ -328,21 +366,44 @@ class _Planner:
                         (job.job_id,),
                         predicted_wait_s=start - now,
                         wait_budget_s=budget,
-                        detail={"boot_s": f"{boot:.0f}"},
+                        detail={"boot_s": f"{boot:.0f}", **runtime_detail(job, runtime)},
                     )
                     stay = True
-            if stay and placement is not None:
-                prof.commit(placement, start + runtime)
-                self.predicted[job.job_id] = start
-                if not (urgent or waited_for_boot or start - now <= 0):
+                if not stay and not urgent and onprem_ok:
+                    # No regret: a start predicted from a guessed runtime does not send the job
+                    # to the cloud before it has waited its share of the budget (unless it could
+                    # never run on-prem at all).
+                    share = hedge_fraction(job, wp)
+                    if (
+                        share > 0
+                        and now - job.submit_ts < share * budget
+                        and job.gpus <= onprem_total
+                    ):
+                        hedged = stay = True
+                        self._decide(
+                            ReasonCode.WAIT_UNCERTAIN_RUNTIME,
+                            (job.job_id,),
+                            predicted_wait_s=start - now,
+                            wait_budget_s=budget,
+                            detail={
+                                "burst_after_s": f"{share * budget:.0f}",
+                                **runtime_detail(job, runtime),
+                            },
+                        )
+            if stay:
+                if placement is not None:
+                    prof.commit(placement, start + runtime)
+                    self.predicted[job.job_id] = start
+                if not (urgent or waited_for_boot or hedged or start - now <= 0):
                     self._decide(
                         ReasonCode.WAIT_WITHIN_BUDGET,
                         (job.job_id,),
                         predicted_wait_s=start - now,
                         wait_budget_s=budget,
+                        detail=runtime_detail(job, runtime),
                     )
                 continue
-            out.append((job, wp, runtime, start, budget))
+            out.append((job, wp, runtime, start, budget, ranked))
         return out
 
     def _not_eligible(self, job: Job) -> None:
@@ -402,7 +463,7 @@ class _Planner:
 
     def _burst(
         self,
-        bursting: list[tuple[Job, WaitPolicy, float, float, float]],
+        bursting: list[_Bursting],
         open_nodes: list[_OpenNode],
     ) -> None:
         groups: list[_Group] = []
@@ -410,7 +471,7 @@ class _Planner:
             tuple[int, str], tuple[tuple[Alternative, ...], list[str], str, float, float]
         ] = {}
         planned_nodes = 0
-        for job, wp, runtime, start, budget in bursting:
+        for job, wp, runtime, start, budget, ranked in bursting:
             model = (job.gpu_type or self.onprem_model).lower()
             urgent = wp.urgent
             team = self.policy.budgets.team_for(job.account)
@@ -454,7 +515,6 @@ class _Planner:
                     )
                 continue
             # 2. a new node: the cheapest offer that passes every guardrail.
-            ranked = self._ranked(job, model, wp, runtime, urgent)
             if not ranked:
                 self._decide(
                     ReasonCode.BLOCKED_NO_OFFER,
@@ -516,6 +576,7 @@ class _Planner:
                     budget,
                     saved,
                     urgent,
+                    runtime_detail(job, runtime),
                 )
             )
             leftover = chosen.gpus_per_node - job.gpus
@@ -556,7 +617,7 @@ class _Planner:
                 global_headroom_usd_hr=self.budget.global_headroom(),
                 team_headroom_usd=team_room,
                 team=g.team,
-                detail={"pool": g.cand.pool, "boot_s": f"{g.cand.boot_s:.0f}"},
+                detail={"pool": g.cand.pool, "boot_s": f"{g.cand.boot_s:.0f}", **g.runtime},
             )
             self.actions.append(
                 ScaleUp(

@@ -20,6 +20,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 INF = math.inf
+NEAR_ALL = 256  # multi-node jobs look at every node of a cluster up to this size
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +33,10 @@ class Placement:
 class OnPremProfile:
     __slots__ = (
         "_fails",
+        "_fails_at",
         "_heaps",
         "_now",
+        "_shared",
         "_version",
         "cap",
         "free",
@@ -62,6 +65,12 @@ class OnPremProfile:
         # Reservations only take GPUs away, so a longer job cannot fit either: thousands of
         # jobs that will burst skip the search. Cleared whenever GPUs are given back.
         self._fails: dict[tuple[int, float, float], float] = {}
+        # The cache holds entries for one `not_before` only (the planner's `now`): older ones
+        # can never be asked again, and copying them on every pass is what made copies slow.
+        self._fails_at = -INF
+        # Node i's step lists are shared with a copy (or the original) until either side changes
+        # them: the planner copies the profile on every pass but touches only a few nodes.
+        self._shared = [False] * len(self.cap)
 
     @classmethod
     def idle(cls, nodes: int, gpus_per_node: int, now_ts: float) -> OnPremProfile:
@@ -79,13 +88,17 @@ class OnPremProfile:
         twin = OnPremProfile.__new__(OnPremProfile)
         twin.cap = self.cap
         twin.gpus_per_node = self.gpus_per_node
-        twin.times = [list(t) for t in self.times]
-        twin.free = [list(f) for f in self.free]
+        twin.times = list(self.times)
+        twin.free = list(self.free)
+        shared = [True] * len(self.cap)
+        self._shared = shared
+        twin._shared = list(shared)
         twin.node_names = self.node_names
         twin._version = list(self._version)
         twin._heaps = {g: list(h) for g, h in self._heaps.items()}
         twin._now = (self._now[0], list(self._now[1]), self._now[2])
         twin._fails = dict(self._fails)
+        twin._fails_at = self._fails_at
         return twin
 
     # ---- queries ---------------------------------------------------------------------------
@@ -103,7 +116,7 @@ class OnPremProfile:
             return INF
         times, free = self.times[i], self.free[i]
         n = len(times)
-        k = max(0, bisect_right(times, at) - 1)
+        k = bisect_right(times, at, 1) - 1  # lo=1: a time before the first step reads step 0
         start: float | None = None
         while k < n:
             seg_start = times[k] if times[k] > at else at
@@ -118,10 +131,31 @@ class OnPremProfile:
             k += 1
         return INF if start is None else start
 
+    def _fits_at(self, i: int, g: int, duration: float, at: float) -> bool:
+        """Whether node i has g GPUs free during [at, at + duration): _fit(...) == at, without
+        searching on for a later start when it has not."""
+        times, free = self.times[i], self.free[i]
+        if at < times[0]:
+            return False  # _fit would start it at times[0]
+        k = bisect_right(times, at, 1) - 1
+        n = len(times)
+        while True:
+            if free[k] < g:
+                return False
+            k += 1
+            # the same comparison as _fit's, so rounding cannot tell them apart
+            if k >= n or times[k] - at >= duration:
+                return True
+
     def _free_nodes(self, at: float) -> list[int]:
         when, nodes, cur = self._now
         if when != at:
-            nodes = [i for i in range(len(self.cap)) if self._free_at(i, at) > 0]
+            # Inlined _free_at: this runs over every node once per new planning time.
+            nodes = [
+                i
+                for i, (t, f) in enumerate(zip(self.times, self.free, strict=True))
+                if f[bisect_right(t, at, 1) - 1] > 0
+            ]
             cur = 0
         # Commits only ever fill nodes at `at`, so a full prefix can be skipped for good.
         while cur < len(nodes) and self._free_at(nodes[cur], at) <= 0:
@@ -130,8 +164,7 @@ class OnPremProfile:
         return nodes[cur:]
 
     def _free_at(self, i: int, at: float) -> int:
-        k = bisect_right(self.times[i], at) - 1
-        return self.free[i][max(0, k)]
+        return self.free[i][bisect_right(self.times[i], at, 1) - 1]
 
     def free_now(self, now_ts: float) -> int:
         return sum(max(0, self._free_at(i, now_ts)) for i in range(len(self.cap)))
@@ -159,6 +192,9 @@ class OnPremProfile:
         if gpus <= 0:
             return Placement(not_before, (), ())
         fails = self._fails
+        if not_before != self._fails_at:
+            fails.clear()
+            self._fails_at = not_before
         if gpus > self.gpus_per_node:
             fail_key = (gpus, not_before, latest)
             if fails.get(fail_key, INF) <= duration:
@@ -173,7 +209,7 @@ class OnPremProfile:
         now_key = (gpus, not_before, not_before)
         if not known_not_now and fails.get(now_key, INF) > duration:
             for i in self._free_nodes(not_before):
-                if self._fit(i, gpus, duration, not_before) == not_before:
+                if self._fits_at(i, gpus, duration, not_before):
                     return Placement(not_before, (i,), (gpus,))
             if latest == not_before:
                 fails[now_key] = min(duration, fails.get(now_key, INF))
@@ -190,7 +226,13 @@ class OnPremProfile:
             if ver != self._version[i]:
                 heapq.heappop(h)
                 continue
-            if max(bound, not_before) >= best or bound > latest:
+            # A node that could tie with `best` is still looked at unless its index is higher,
+            # so the lowest index wins whatever the age of the heap's bounds (they lag behind
+            # trimming). Stopping at the first tie made placements depend on the queries asked
+            # before. Entries bounded exactly at `best` come in index order: stop past best_i.
+            if max(bound, not_before) > best or bound > latest:
+                break
+            if bound == best and i > best_i:
                 break
             stale.append(heapq.heappop(h))
             t = self._fit(i, gpus, duration, not_before)
@@ -229,12 +271,19 @@ class OnPremProfile:
         # small cluster), try the times each could first hold a whole-node share, then the time
         # all their reservations are over.
         # First fit: among those nodes, in node order.
-        near = sorted(self._nearest(G, max(64, 4 * need + 16)))
-        near_rest = sorted(self._nearest(rest, max(64, 4 * need + 16))) if rest else []
+        # Up to NEAR_ALL nodes, all of them, so the choice cannot depend on the heap's history.
+        m = max(NEAR_ALL, 4 * need + 16)
+        near = sorted(self._nearest(G, m)) if len(self.cap) > m else list(range(len(self.cap)))
+        if not rest:
+            near_rest: list[int] = []
+        elif len(self.cap) > m:
+            near_rest = sorted(self._nearest(rest, m))
+        else:
+            near_rest = list(range(len(self.cap)))
         firsts = sorted({self._fit(i, G, duration, not_before) for i in near} - {INF})
         tail = max([not_before, *(self.times[i][-1] for i in near)])
         for t in [*firsts[: 2 * need + 8], tail]:
-            chosen = [i for i in near if self._fit(i, G, duration, t) == t][:full]
+            chosen = [i for i in near if self._fits_at(i, G, duration, t)][:full]
             if len(chosen) < full:
                 continue
             each = [G] * full
@@ -244,7 +293,7 @@ class OnPremProfile:
                     (
                         i
                         for i in sorted({*near_rest, *near})
-                        if i not in taken and self._fit(i, rest, duration, t) == t
+                        if i not in taken and self._fits_at(i, rest, duration, t)
                     ),
                     -1,
                 )
@@ -256,6 +305,13 @@ class OnPremProfile:
         return None
 
     # ---- updates (mutate: the planner copies before it places anything) --------------------
+
+    def _own(self, i: int) -> None:
+        """Give node i its own step lists before changing them (copy on write)."""
+        if self._shared[i]:
+            self.times[i] = list(self.times[i])
+            self.free[i] = list(self.free[i])
+            self._shared[i] = False
 
     def _split(self, i: int, t: float) -> int:
         """Index of the step starting at t, inserting a breakpoint if needed."""
@@ -275,6 +331,7 @@ class OnPremProfile:
         """Add `delta` free GPUs on node i during [start, end)."""
         if end <= start or delta == 0:
             return
+        self._own(i)
         a = self._split(i, start)
         b = self._split(i, end) if end != INF else len(self.times[i])
         free = self.free[i]
@@ -319,5 +376,7 @@ class OnPremProfile:
             times, free = self.times[i], self.free[i]
             k = bisect_right(times, now_ts) - 1
             if k > 0:
+                self._own(i)
+                times, free = self.times[i], self.free[i]
                 del times[:k]
                 del free[:k]

@@ -74,16 +74,21 @@ def candidates_for(
         pool_caps = [c for c in capacities if pool.capacity == "any" or pool.capacity == c.value]
         if not pool_caps:
             continue
-        offers = [o for o in catalog.for_model(gpu_model)]
+        offers = list(catalog.for_model(gpu_model))
         for eq in equivalents:
             offers.extend(catalog.for_model(eq))
+        # offer_fits rejects other clouds too; dropping them first only saves time.
+        offers = [o for o in offers if o.cloud == pool.cloud]
+        reqs: dict[int, OfferRequest] = {}  # one request per GPUs-per-node, not per offer
         for offer in offers:
             per_node = offer.whole_gpus
             if per_node < 1:
                 continue
             nodes = 1 if gpus <= per_node else math.ceil(gpus / per_node)
             need_per_node = min(gpus, per_node)
-            req = pool_request(pool, need_per_node, equivalents)
+            req = reqs.get(need_per_node)
+            if req is None:
+                req = reqs[need_per_node] = pool_request(pool, need_per_node, equivalents)
             for cap in pool_caps:
                 if not offer_fits(offer, req, cap):
                     continue

@@ -12,6 +12,8 @@ REASON_WORDS: dict[str, str] = {
     ReasonCode.WAIT_WITHIN_BUDGET: "Wait: on-prem will start it within its waiting budget",
     ReasonCode.WAIT_FASTER_THAN_BOOT: "Wait: on-prem frees up before a cloud node could boot",
     ReasonCode.WAIT_NOT_ELIGIBLE: "Wait: Slurm holds the job or will not start it yet",
+    ReasonCode.WAIT_UNCERTAIN_RUNTIME: "Wait: the predicted wait rests on an uncertain runtime; "
+    "wait and see before bursting",
     ReasonCode.COVERED_BY_INFLIGHT: "Wait: capacity already requested covers it",
     ReasonCode.BLOCKED_NO_OFFER: "Blocked: no cloud offer fits the job",
     ReasonCode.BLOCKED_POOL_MAX: "Blocked: the pool is at its maximum size",

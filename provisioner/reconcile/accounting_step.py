@@ -29,8 +29,10 @@ class AccountingStep:
         self.tracker = UsageTracker()
         self._usage_written: dict[tuple[str, str, float], float | None] = {}
         self._pruned_ts: float | None = None
+        self.closed: tuple[UsageRecord, ...] = ()  # the records the last pass closed
 
     def run(self, view: ClusterSnapshot, now: float, report: PassReport) -> None:
+        self.closed = ()
         if not view.stale:
             self._record_usage(view, now)
         res: AccountingResult = self.accountant.run(now)
@@ -52,6 +54,7 @@ class AccountingStep:
 
     def _record_usage(self, view: ClusterSnapshot, now: float) -> None:
         closed = self.tracker.update(view.jobs, now, view.nodes)
+        self.closed = closed
         open_ = self.tracker.open_records
         kinds = {n.name: n for n in view.nodes}
         live = {

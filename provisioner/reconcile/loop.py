@@ -62,6 +62,7 @@ from provisioner.reconcile.leadership import Leadership
 from provisioner.reconcile.outcomes import error_code, rebuild_backoff
 from provisioner.reconcile.recovery import recover_intents
 from provisioner.reconcile.registration import register
+from provisioner.reconcile.runtime_learning import RuntimeLearner
 from provisioner.reconcile.snapshot_view import EffectivePolicy, enrich, list_owned, observe
 from provisioner.reconcile.store import FencedOut
 from provisioner.reconcile.sync import SyncInput, plan_sync
@@ -117,6 +118,7 @@ class Reconciler:
         self.accountant = Accountant(self.store, self.policy, settle_s=self.config.settle_s)
         self.accounting = AccountingStep(self.store, self.policy, self.accountant)
         self.tracker = self.accounting.tracker
+        self.runtimes = RuntimeLearner(self.store)  # learned runtimes, kept in the store
         self._seen: dict[str, tuple[str, ...]] = {}
         self.effective_policy = EffectivePolicy(self.store, self.policy)
         self.lock = threading.Lock()
@@ -206,13 +208,15 @@ class Reconciler:
             owned, _ = list_owned(self.deps.clouds, self.controller, PassReport(now_ts=now))
         view = enrich(self.ctx, snap, now, owned)
         policy = self.effective_policy.current()
-        plan = make_plan(planning_view(view, policy), policy, self.catalog, self.backoff, now)
+        planned = planning_view(self.runtimes.annotate(view), policy)
+        plan = make_plan(planned, policy, self.catalog, self.backoff, now)
         report.decisions = len(plan.decisions)
         report.decisions_recorded = self._record_decisions(plan, now)
         if not view.stale:
             self.actuator.act(plan, view, listed, now, report)
         register(self.deps, now, report)
         self.accounting.run(view, now, report)
+        self.runtimes.learn(self.accounting.closed, now)
         self.last_snapshot = view
         self.last_plan = plan
         self.passes += 1

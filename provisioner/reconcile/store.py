@@ -39,6 +39,7 @@ from provisioner.reconcile.store_records import (
     from_micros,
     to_micros,
 )
+from provisioner.reconcile.store_runtime import RuntimeHistoryStore
 from provisioner.reconcile.store_telemetry import TelemetryStore
 from provisioner.reconcile.store_tokens import TokenStore
 
@@ -81,7 +82,8 @@ class Store(
     LedgerStore,
     TokenStore,
     LeaseStore,
+    RuntimeHistoryStore,
 ):
     """All reads and writes of the controller's database: one class per concern (policy,
-    decisions, intents and instances, telemetry, usage and ledger, tokens, the leader lease),
-    all on one engine."""
+    decisions, intents and instances, telemetry, usage and ledger, tokens, the leader lease,
+    learned runtimes), all on one engine."""

@@ -26,7 +26,12 @@ def register(app: typer.Typer) -> None:
             float | None, typer.Option(help="Flat on-demand $/GPU-h instead of the catalog.")
         ] = None,
         boot_seconds: Annotated[float, typer.Option(help="Cloud boot delay.")] = 300.0,
-        estimate: Annotated[str, typer.Option(help="Runtime knowledge: exact | none.")] = "exact",
+        estimate: Annotated[
+            str,
+            typer.Option(
+                help="Runtime knowledge: exact | none | history (learned from jobs that ended)."
+            ),
+        ] = "exact",
         policies: Annotated[Path, typer.Option(help="Policy file or dir.")] = DEFAULT_POLICIES,
         spot_interruptions: Annotated[
             bool, typer.Option(help="Model spot interruptions with rework.")

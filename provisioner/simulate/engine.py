@@ -5,6 +5,12 @@ runtimes: FIFO list scheduling with gang placement, no preemption. With `--estim
 planner sees the same runtimes, so its predictions are exact; with `--estimate none` it sees no
 runtimes and plans on its own estimated view of the cluster, while the world runs on the truth:
 a job kept on-prem that has not started when its waiting budget runs out bursts then (timeout).
+With `--estimate history` the planner sees runtimes learned online from the jobs that have
+ended so far (plan/history.py: the user's last two, then the group's, then the partition's),
+with their spread, and plans on its own view as with `none`.
+
+Regret: the cloud dollars spent on jobs that on-prem would have started before their cloud node
+was ready (and, more broadly, within the job's budget computed from its true runtime).
 
 Cloud nodes boot for `boot_s`, are billed per second from request to the end of their last job
 (60 s minimum), and go away when their jobs end. Spot nodes may be interrupted (optional): the
@@ -24,15 +30,17 @@ from typing import Literal
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.jobs import Job
 from provisioner.domain.offers import CapacityType
+from provisioner.domain.plan import ReasonCode
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.catalog import Catalog
-from provisioner.plan.planner import plan
+from provisioner.plan.history import RuntimeHistory
+from provisioner.plan.planner import hedge_fraction, plan
 from provisioner.plan.profile import OnPremProfile, Placement
 from provisioner.plan.ranking import Candidate, candidates_for, rank
 from provisioner.simulate.trace import TraceJob
 
-Estimate = Literal["exact", "none"]
+Estimate = Literal["exact", "none", "history"]
 BILLING_MIN_S = 60.0
 UNLIMITED_NODES = 10**9
 
@@ -66,6 +74,10 @@ class SimResult:
     onprem_gpu_hours_after_last_arrival: float = 0.0
     timeouts: int = 0
     spot_interruptions: int = 0
+    regret_usd: float = 0.0
+    regret_jobs: int = 0
+    regret_within_budget_usd: float = 0.0
+    regret_within_budget_jobs: int = 0
     # Billed cloud GPUs as a step function: (seconds since the first arrival, GPUs from then on).
     cloud_gpus_over_time: tuple[tuple[float, int], ...] = ()
 
@@ -89,6 +101,10 @@ class SimResult:
             ),
             "timeouts": self.timeouts,
             "spot_interruptions": self.spot_interruptions,
+            "regret_usd": round(self.regret_usd, 2),
+            "regret_jobs": self.regret_jobs,
+            "regret_within_budget_usd": round(self.regret_within_budget_usd, 2),
+            "regret_within_budget_jobs": self.regret_within_budget_jobs,
             "cloud_gpus_over_time": [[round(t, 1), n] for t, n in self.cloud_gpus_over_time],
         }
 
@@ -249,7 +265,15 @@ class Simulation:
         self._rank_memo: dict[tuple[int, bool, int], list[Candidate]] = {}
         self._cand_memo: dict[tuple[str, object, int], Candidate] = {}
         wp = self.policy.waiting.for_job("onprem", "")
+        self._wp = wp
         self._fallback_rt = wp.default_runtime_s or self.policy.onprem.fallback_runtime_s
+        # --estimate history: learned from jobs as they end, (end, index) in a heap until then.
+        self.history = RuntimeHistory() if settings.estimate == "history" else None
+        self._ends: list[tuple[float, int]] = []
+        # What the planner was told about each job: (runtime, source, spread), or None.
+        self._told: list[tuple[float, str, float | None] | None] = [None] * len(jobs)
+        self.regret_usd = self.regret_budget_usd = 0.0
+        self.regret_jobs = self.regret_budget_jobs = 0
 
     # ---- offers ----------------------------------------------------------------------------
 
@@ -293,18 +317,79 @@ class Simulation:
         self.wait[i] = place.start_ts - job.submit_s
         self.jct[i] = end - job.submit_s
         self.onprem_runs.append((place.start_ts, end, job.gpus))
+        if self.history is not None:
+            heapq.heappush(self._ends, (end, i))
 
-    def _burst(self, idxs: Sequence[int], cand: Candidate, at: float) -> None:
+    def _burst(
+        self,
+        idxs: Sequence[int],
+        cand: Candidate,
+        at: float,
+        onprem_start: float | None = None,
+    ) -> None:
+        """Run jobs in the cloud from `at`. `onprem_start`: when on-prem would have started
+        the (single) job, if known; else it is looked up for the regret figures."""
+        ready = at + cand.boot_s
+        for i in idxs:
+            self._regret(i, cand, ready, onprem_start)
         durations = [self.jobs[i].duration_s for i in idxs]
         ends = self.cloud.run(
             cand, at, durations, lambda: self._cheapest_on_demand(self.jobs[idxs[0]].gpus)
         )
-        ready = at + cand.boot_s
         for i, end in zip(idxs, ends, strict=True):
             job = self.jobs[i]
             self.in_cloud[i] = True
             self.wait[i] = ready - job.submit_s
             self.jct[i] = end - job.submit_s
+            if self.history is not None:
+                heapq.heappush(self._ends, (end, i))
+
+    def _regret(self, i: int, cand: Candidate, ready: float, onprem_start: float | None) -> None:
+        """Count a burst that on-prem would have started before the cloud node was ready, or
+        within the job's budget (the budget its true runtime gives)."""
+        job = self.jobs[i]
+        within = job.submit_s + self._budget(job, job.duration_s)
+        if onprem_start is None:
+            # Kept from now, on the true cluster: later arrivals cannot delay it (conservative
+            # backfilling), so this is when it would have started.
+            place = self.true.earliest(
+                job.gpus, job.submit_s, job.duration_s, latest=max(ready, within)
+            )
+            onprem_start = place.start_ts if place is not None else math.inf
+        if onprem_start > max(ready, within):
+            return
+        # The job's share of what its node group bills: its GPUs, for boot + its runtime.
+        secs = max(self.s.billing_min_s, cand.boot_s + job.duration_s)
+        usd = float(cand.usd_hr) / (cand.gpus_per_node * cand.nodes) * job.gpus * secs / 3600
+        if onprem_start <= ready:
+            self.regret_usd += usd
+            self.regret_jobs += 1
+        if onprem_start <= within:
+            self.regret_budget_usd += usd
+            self.regret_budget_jobs += 1
+
+    def _learn(self, now: float) -> None:
+        """Feed the runtime history every job that has ended by now."""
+        hist, ends = self.history, self._ends
+        assert hist is not None
+        while ends and ends[0][0] <= now:
+            _, i = heapq.heappop(ends)
+            job = self.jobs[i]
+            hist.observe(
+                user=job.user, group=job.group, partition="onprem", runtime_s=job.duration_s
+            )
+
+    def _tell(self, i: int) -> tuple[float, str, float | None] | None:
+        """What the planner knows of job i's runtime: exact, learned, or nothing."""
+        job = self.jobs[i]
+        if self.s.estimate == "exact":
+            return (job.duration_s, "", None)
+        if self.history is None:
+            return None
+        pred = self.history.predict(user=job.user, group=job.group, partition="onprem")
+        told = None if pred is None else (pred.runtime_s, pred.source, pred.spread_s)
+        self._told[i] = told
+        return told
 
     def _watch(self, place: Placement, held: float, true_end: float) -> None:
         self._seq += 1
@@ -338,61 +423,108 @@ class Simulation:
         elif self.kind == "fixed-wait":
             limit = self.fixed_wait
         else:  # budget-timeout: the default budget, but waiting it out instead of predicting
-            known = job.duration_s if self.s.estimate == "exact" else None
-            limit = self._budget(job, known)
+            told = self._tell(i)
+            limit = self._budget(job, told[0] if told is not None else None)
         if place is not None and place.start_ts - now <= limit:
             self._onprem(i, job, place)
             return
         if limit > 0:
             self.timeouts += 1
-        self._burst([i], self._cheapest_on_demand(job.gpus), now + limit)
+        start = place.start_ts if place is not None else math.inf
+        self._burst([i], self._cheapest_on_demand(job.gpus), now + limit, start)
 
     def _planned(self, batch: Sequence[int], now: float) -> None:
         exact = self.s.estimate == "exact"
-        snap = ClusterSnapshot(
-            taken_ts=now,
-            jobs=tuple(
-                Job(
-                    job_id=f"{i:09d}",
-                    gpus=self.jobs[i].gpus,
-                    submit_ts=self.jobs[i].submit_s,
-                    account=self.jobs[i].group,
-                    expected_runtime_s=self.jobs[i].duration_s if exact else None,
-                )
-                for i in batch
-            ),
-        )
-        result = plan(snap, self.policy, self.catalog, Backoff(), now, onprem=self.view)
-        burst: set[int] = set()
-        for action in result.scale_ups:
-            idxs = [int(j) for j in action.job_ids]
-            burst.update(idxs)
-            cand = self._candidate_of(action.pool, action.offer, self.jobs[idxs[0]].gpus)
-            self._burst(idxs, cand, now)
-        self.policy.waiting.for_job("onprem", "")
         fallback_rt = self._fallback_rt
+        told = {i: self._tell(i) for i in batch}
+        # Jobs the planner would place at once (its first step, in queue order) need no
+        # planner call: they stay on-prem and get no decision. Placing that prefix here, on the
+        # view the planner would copy, leaves it the same state for the rest of the batch.
+        view = self.view
+        kept: list[tuple[int, Placement, float, float]] = []
+        k = 0
         for i in batch:
+            job = self.jobs[i]
+            t = told[i]
+            runtime = t[0] if t is not None else fallback_rt
+            vplace = view.earliest(job.gpus, now, runtime, latest=now)
+            if vplace is None:
+                break
+            k += 1
+            if exact:
+                self._onprem(i, job, vplace)
+            else:
+                vend = vplace.start_ts + runtime
+                view.commit(vplace, vend)
+                kept.append((i, vplace, vend, 1.0))
+        rest = batch[k:]
+        burst: set[int] = set()
+        hedged: dict[int, float] = {}
+        if rest:
+            snap = ClusterSnapshot(
+                taken_ts=now,
+                jobs=tuple(self._job(i, told[i]) for i in rest),
+            )
+            result = plan(snap, self.policy, self.catalog, Backoff(), now, onprem=view)
+            for action in result.scale_ups:
+                idxs = [int(j) for j in action.job_ids]
+                burst.update(idxs)
+                cand = self._candidate_of(action.pool, action.offer, self.jobs[idxs[0]].gpus)
+                self._burst(idxs, cand, now)
+            for d in result.decisions:
+                if d.reason is ReasonCode.WAIT_UNCERTAIN_RUNTIME:
+                    i = int(d.job_ids[0])
+                    hedged[i] = hedge_fraction(snap.jobs[rest.index(i)], self._wp)
+        for i, vplace, vend, share in kept:
+            self._kept_blind(i, vplace, vend, share)
+        for i in rest:
             if i in burst:
                 continue
             job = self.jobs[i]
-            place = self.true.earliest(job.gpus, now, job.duration_s)
-            assert place is not None
             if exact:
+                place = self.true.earliest(job.gpus, now, job.duration_s)
+                assert place is not None
                 self._onprem(i, job, place)
                 continue
-            # The planner kept the job on-prem from its own (runtime-blind) view.
-            vplace = self.view.earliest(job.gpus, now, fallback_rt)
+            # The planner kept the job on-prem from its own view (estimated runtimes).
+            t = told[i]
+            runtime = t[0] if t is not None else fallback_rt
+            vplace = view.earliest(job.gpus, now, runtime)
             assert vplace is not None
-            vend = vplace.start_ts + fallback_rt
-            self.view.commit(vplace, vend)
-            deadline = job.submit_s + self._budget(job, None)
-            if place.start_ts <= deadline:
-                self._onprem(i, job, place)
-                self._watch(vplace, vend, place.start_ts + job.duration_s)
-            else:
-                self.timeouts += 1
-                self._watch(vplace, vend, deadline)
-                self._burst([i], self._best_now(job), deadline)
+            vend = vplace.start_ts + runtime
+            view.commit(vplace, vend)
+            self._kept_blind(i, vplace, vend, hedged.get(i, 1.0))
+
+    def _job(self, i: int, told: tuple[float, str, float | None] | None) -> Job:
+        tj = self.jobs[i]
+        return Job(
+            job_id=f"{i:09d}",
+            gpus=tj.gpus,
+            submit_ts=tj.submit_s,
+            account=tj.group,
+            user=tj.user,
+            expected_runtime_s=told[0] if told is not None else None,
+            runtime_source=told[1] if told is not None else "",
+            runtime_spread_s=told[2] if told is not None else None,
+        )
+
+    def _kept_blind(self, i: int, vplace: Placement, vend: float, share: float) -> None:
+        """A job the planner kept on-prem from its estimated view: it starts when the true
+        cluster can start it, or bursts when its share of the budget runs out first (the whole
+        budget, unless the planner kept it only to wait and see: see hedge_fraction)."""
+        job = self.jobs[i]
+        now = job.submit_s
+        place = self.true.earliest(job.gpus, now, job.duration_s)
+        assert place is not None
+        t = self._told[i]
+        deadline = job.submit_s + share * self._budget(job, t[0] if t is not None else None)
+        if place.start_ts <= deadline:
+            self._onprem(i, job, place)
+            self._watch(vplace, vend, place.start_ts + job.duration_s)
+        else:
+            self.timeouts += 1
+            self._watch(vplace, vend, deadline)
+            self._burst([i], self._best_now(job), deadline, place.start_ts)
 
     def _budget(self, job: TraceJob, known_runtime: float | None) -> float:
         """The default policy's waiting budget for a job (the planner computes the same)."""
@@ -434,6 +566,8 @@ class Simulation:
             j = i
             while j < n and jobs[j].submit_s == now:
                 j += 1
+            if self.history is not None:
+                self._learn(now)
             if self.kind == "default":
                 if self.events:
                     self._drain_events(now, self._fallback_rt)
@@ -488,6 +622,10 @@ class Simulation:
             onprem_gpu_hours_after_last_arrival=after / 3600.0,
             timeouts=self.timeouts,
             spot_interruptions=self.cloud.interrupted,
+            regret_usd=self.regret_usd,
+            regret_jobs=self.regret_jobs,
+            regret_within_budget_usd=self.regret_budget_usd,
+            regret_within_budget_jobs=self.regret_budget_jobs,
             cloud_gpus_over_time=gpus_over_time(self.cloud.spans, first),
         )
 

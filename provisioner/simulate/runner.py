@@ -36,8 +36,8 @@ def _check(req: SimulationRequest) -> None:
         raise InputError("--gpus-per-node: must be >= 1")
     if req.boot_seconds < 0:
         raise InputError("--boot-seconds: must be >= 0")
-    if req.estimate not in ("exact", "none"):
-        raise InputError(f"--estimate: must be exact or none, got {req.estimate!r}")
+    if req.estimate not in ("exact", "none", "history"):
+        raise InputError(f"--estimate: must be exact, none or history, got {req.estimate!r}")
     if req.price_per_gpu_hour is not None and req.price_per_gpu_hour <= 0:
         raise InputError("--price-per-gpu-hour: must be > 0")
     for p in req.policies:
@@ -134,6 +134,7 @@ def print_table(results: list[SimResult], req: SimulationRequest, source: str, n
         "p99 wait s",
         "max wait s",
         "burst %",
+        "regret $",
         "wall s",
     ):
         t.add_column(col, justify="right")
@@ -149,6 +150,7 @@ def print_table(results: list[SimResult], req: SimulationRequest, source: str, n
             f"{r.p99_wait_s:,.0f}",
             f"{r.max_wait_s:,.0f}",
             f"{r.burst_fraction:.1%}",
+            f"{r.regret_usd:,.0f}",
             f"{r.wall_s:.1f}",
         )
     Console(width=max(150, Console().width)).print(t)

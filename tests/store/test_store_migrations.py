@@ -24,6 +24,7 @@ TABLES = {
     "api_tokens",
     "gpu_telemetry",
     "leader_lease",
+    "runtime_history",
 }
 
 

@@ -69,3 +69,22 @@ def test_copy_is_independent() -> None:
     twin.commit(Placement(0.0, (0,), (4,)), 100.0)
     assert prof.earliest(4, 0.0, 1.0) == Placement(0.0, (0,), (4,))
     assert twin.earliest(4, 0.0, 1.0) == Placement(100.0, (0,), (4,))
+
+
+def test_a_tie_on_start_goes_to_the_lowest_node_whatever_was_asked_before() -> None:
+    # Two 1-GPU nodes. Node 0: free until 10, busy 10-100. Node 1: busy 0-50, free 50-60,
+    # busy 60-100. A 30 s job from t=20 starts at 100 on either (node 1's gap is too short):
+    # the tie goes to node 0. One profile is asked a question before the steps before t=20
+    # are trimmed, the other only after; both must answer node 0.
+    def build() -> OnPremProfile:
+        p = OnPremProfile([1, 1], 0.0, 1)
+        p.adjust(0, 10.0, 100.0, -1)
+        p.adjust(1, 0.0, 50.0, -1)
+        p.adjust(1, 60.0, 100.0, -1)
+        return p
+
+    asked, quiet = build(), build()
+    asked.earliest(1, 0.0, 5.0)
+    for p in (asked, quiet):
+        p.forget_before(20.0)
+        assert p.earliest(1, 20.0, 30.0) == Placement(100.0, (0,), (1,))

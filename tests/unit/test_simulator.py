@@ -170,6 +170,27 @@ def test_cli_simulate_writes_the_documented_json(tmp_path: Path) -> None:
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_simulate_learns_runtimes_on_any_csv_trace(tmp_path: Path) -> None:
+    # a plain CSV with only the required columns (no user, no group): history falls back to
+    # the partition; every job ends up somewhere, and the regret figures are reported
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "job_id,submit_s,duration_s,gpus\n"
+        + "".join(f"h{i},{i * 30},{900 + 50 * (i % 5)},{1 + i % 4}\n" for i in range(40))
+    )
+    out = tmp_path / "h.json"
+    args = ["simulate", "--trace", str(trace), "--onprem-gpus", "4", "--gpus-per-node", "4"]
+    more = ["--estimate", "history", "--policy", "default", "--policy", "never", "--json"]
+    res = CliRunner().invoke(app, [*args, *more, str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    default, never = json.loads(out.read_text())
+    assert default["jobs"] == never["jobs"] == 40
+    assert {"regret_usd", "regret_jobs", "regret_within_budget_usd"} <= default.keys()
+    assert never["regret_usd"] == 0 and never["cloud_cost_usd"] == 0
+    res = CliRunner().invoke(app, [*args, "--estimate", "psychic", "--no-progress"])
+    assert res.exit_code == 2 and "exact, none or history" in res.output
+
+
 def test_cli_bad_simulate_arguments_exit_2(tmp_path: Path) -> None:
     res = CliRunner().invoke(
         app, ["simulate", "--trace", str(tmp_path / "no.csv"), "--no-progress"]
@@ -217,3 +238,46 @@ def test_cloud_gpus_over_time_is_the_billed_step_function() -> None:
     assert r.cloud_gpus_over_time == ((0.0, 8), (100.0, 9), (3600.0, 1), (10_100.0, 0))
     assert r.to_dict()["cloud_gpus_over_time"] == [[0.0, 8], [100.0, 9], [3600.0, 1], [10100.0, 0]]
     assert run("never").cloud_gpus_over_time == ()
+
+
+# History: a (user u) runs 2000 s and has ended when b and c come. b takes the node until 6000;
+# c (1 GPU, 100 s) comes at 4100 and could start only at 6000.
+HIST = [
+    TraceJob("a", 0.0, 2000.0, 8, user="u"),
+    TraceJob("b", 4000.0, 2000.0, 8, user="u"),
+    TraceJob("c", 4100.0, 100.0, 1, user="u"),
+]
+
+
+def _hist_run(estimate: str):
+    settings = SimSettings(
+        onprem_gpus=8, gpus_per_node=8, boot_s=0.0, estimate=estimate, billing_min_s=0.0
+    )
+    return simulate(HIST, settings, pol(runtime_factor=0.5), CAT, "default")
+
+
+def test_history_learns_runtimes_as_the_trace_replays() -> None:
+    # history: c is predicted at user u's 2000 s (one sample: spread unknown, share 0.5);
+    # budget 0.5 * 1 * 2000 = 1000 < predicted wait 1900: waits 500 s, then bursts.
+    r = _hist_run("history")
+    assert r.avg_wait_s == pytest.approx(500 / 3)
+    assert r.timeouts == 1
+    assert float(r.cloud_cost_usd) == pytest.approx(100 / 3600, abs=1e-9)
+    # none: budget 2772 s (per GPU); share 0.5 -> waits 1386 s
+    assert _hist_run("none").avg_wait_s == pytest.approx(1386 / 3)
+    # exact: budget 0.5 * 100 = 50 s < 1900: bursts at arrival
+    assert _hist_run("exact").avg_wait_s == 0
+
+
+def test_regret_counts_bursts_that_on_prem_would_have_started_before_the_node_was_ready() -> None:
+    # d comes at 800 while a holds the node until 1000; immediate bursts it, the node is ready
+    # at 1100 (boot 300): on-prem would have started it at 1000. Billed 300 + 100 s at $1/h.
+    trace = [TraceJob("a", 0.0, 1000.0, 8), TraceJob("d", 800.0, 100.0, 1)]
+    settings = SimSettings(onprem_gpus=8, gpus_per_node=8, boot_s=300.0, billing_min_s=0.0)
+    r = simulate(trace, settings, pol(runtime_factor=0.5), CAT, "immediate")
+    assert r.regret_jobs == 1
+    assert r.regret_usd == pytest.approx(400 / 3600)
+    # its budget (0.5 * 1 * 100 = 50 s) ends at 850, before 1000: not regret by that measure
+    assert r.regret_within_budget_jobs == 0
+    # never bursting has no regret at all
+    assert simulate(trace, settings, pol(), CAT, "never").regret_usd == 0

@@ -1,0 +1,45 @@
+"""The learned runtime history (plan/history.py), kept so a restart does not forget it.
+
+One row per user, group or partition: its last few completed runtimes, oldest first. The table
+is small (one row per name) and written only for names that learned something in a pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import JSON, Float, String, select
+from sqlalchemy.orm import Mapped, mapped_column
+
+from provisioner.reconcile.models import Base
+from provisioner.reconcile.store_engine import StoreBase
+
+
+class RuntimeHistoryRow(Base):
+    __tablename__ = "runtime_history"
+
+    key: Mapped[str] = mapped_column(String(300), primary_key=True)  # "user:ann", "group:cv"
+    runtimes: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    updated_ts: Mapped[float] = mapped_column(Float)
+
+
+class RuntimeHistoryStore(StoreBase):
+    def runtime_history(self) -> dict[str, list[float]]:
+        """Every stored name's runtimes, oldest first."""
+        with self.reading() as s:
+            rows = s.scalars(select(RuntimeHistoryRow).order_by(RuntimeHistoryRow.key))
+            return {r.key: [float(v) for v in r.runtimes] for r in rows}
+
+    def save_runtime_history(self, entries: Mapping[str, Sequence[float]], now_ts: float) -> None:
+        """Replace the runtimes of the given names (others are left as they are)."""
+        if not entries:
+            return
+        with self.fenced_transaction() as s:  # a lapsed leader's learning is refused too
+            for key, values in sorted(entries.items()):
+                row = s.get(RuntimeHistoryRow, key)
+                if row is None:
+                    s.add(RuntimeHistoryRow(key=key, runtimes=list(values), updated_ts=now_ts))
+                else:
+                    row.runtimes = list(values)
+                    row.updated_ts = now_ts
