@@ -110,39 +110,44 @@ def test_run_serves_the_api_and_sigterm_finishes_the_pass(db_backend, db_url, mo
     proc = subprocess.Popen(
         cli("run"), env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert proc.stderr is not None
-    url = ""
-    deadline = time.monotonic() + 60
-    while not url and time.monotonic() < deadline:  # a real server must start
-        line = proc.stderr.readline()
-        if not line:
-            break
-        if "API on " in line:
-            url = line.split("API on ")[1].split(",")[0]
-    assert url.startswith("http://127.0.0.1:"), "no API line"
-    assert httpx.get(f"{url}/healthz", timeout=10).json() == {"status": "ok"}
-    assert httpx.get(f"{url}/v1/status", timeout=10).status_code == 401
-    store = Store(env["PROVISIONER_STORE_URL"])
-    if db_backend == "postgresql":  # HA auto: it leads by lease and says so
-        lease = wait_until(lambda: store.lease("burst-demo"))
+    try:
+        assert proc.stderr is not None
+        url = ""
+        deadline = time.monotonic() + 60
+        while not url and time.monotonic() < deadline:  # a real server must start
+            line = proc.stderr.readline()
+            if not line:
+                break
+            if "API on " in line:
+                url = line.split("API on ")[1].split(",")[0]
+        assert url.startswith("http://127.0.0.1:"), "no API line"
+        assert httpx.get(f"{url}/healthz", timeout=10).json() == {"status": "ok"}
+        assert httpx.get(f"{url}/v1/status", timeout=10).status_code == 401
+        store = Store(env["PROVISIONER_STORE_URL"])
+        if db_backend == "postgresql":  # HA auto: it leads by lease and says so
+            lease = wait_until(lambda: store.lease("burst-demo"))
 
-        def leadership():
-            st = httpx.get(f"{url}/v1/status", headers=auth, timeout=10).json()
-            return st["controller"].get("leadership")
+            def leadership():
+                st = httpx.get(f"{url}/v1/status", headers=auth, timeout=10).json()
+                return st["controller"].get("leadership")
 
-        lead = wait_until(leadership)
-        assert lead["role"] == "leader" and lead["token"] == 1
-        assert lead["leader"] == lease.holder == lead["holder_id"]
-        metrics = httpx.get(f"{url}/metrics", headers=auth, timeout=10).text
-        assert f'provisioner_leader{{holder="{lease.holder}"}} 1.0' in metrics
-        assert "provisioner_is_leader 1.0" in metrics
-    else:  # one controller on SQLite: no lease
-        status = httpx.get(f"{url}/v1/status", headers=auth, timeout=10).json()
-        assert "leadership" not in status["controller"] and store.lease("burst-demo") is None
-    proc.send_signal(signal.SIGTERM)
-    _out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err[-2000:]
-    assert "stopped after" in err
+            lead = wait_until(leadership)
+            assert lead["role"] == "leader" and lead["token"] == 1
+            assert lead["leader"] == lease.holder == lead["holder_id"]
+            metrics = httpx.get(f"{url}/metrics", headers=auth, timeout=10).text
+            assert f'provisioner_leader{{holder="{lease.holder}"}} 1.0' in metrics
+            assert "provisioner_is_leader 1.0" in metrics
+        else:  # one controller on SQLite: no lease
+            status = httpx.get(f"{url}/v1/status", headers=auth, timeout=10).json()
+            assert "leadership" not in status["controller"] and store.lease("burst-demo") is None
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err[-2000:]
+        assert "stopped after" in err
+    finally:  # a failed assertion must not leave the controller running
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
     assert [p.name for p in store.pools()] == ["aws-a100"]  # the loop ran and synced policy
     if db_backend == "postgresql":  # a clean stop hands the lease back
         lease = store.lease("burst-demo")
