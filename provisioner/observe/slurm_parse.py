@@ -195,7 +195,7 @@ _JOB_FLAG_ORDER = ("REQUEUED", "REQUEUE_HOLD", "CONFIGURING", "COMPLETING")
 
 
 def _job_state(raw: Any, where: str) -> JobState:
-    words = [raw] if isinstance(raw, str) else list(raw) if isinstance(raw, list) else None
+    words = _words(raw)
     if not words:
         raise SnapshotError(f"{where}: job_state missing or empty ({raw!r})")
     upper = [str(w).upper() for w in words]

@@ -147,9 +147,10 @@ class LeaseStore(StoreBase):
         if fence is None:
             return
         with self.fenced_transaction() as s:
+            # The row and the time the check just read (the row is in the session, locked).
             row = s.get(LeaderLeaseRow, fence.name)
+            now = s.info["lease_now"]
             if row is not None:
-                now = self._lease_now(s)
                 row.renewed_ts = now
                 row.expires_ts = max(float(row.expires_ts), now + fence.ttl_s)
 
@@ -157,7 +158,7 @@ class LeaseStore(StoreBase):
         # FOR SHARE: fenced writes of one leader do not queue behind each other, but a takeover
         # (FOR UPDATE in acquire_lease) waits for them, and they wait for a takeover.
         row = s.get(LeaderLeaseRow, fence.name, with_for_update={"read": True})
-        now = self._lease_now(s)
+        now = s.info["lease_now"] = self._lease_now(s)
         if row is None or row.holder != fence.holder or int(row.token) != fence.token:
             leader = f"{row.holder} (token {row.token})" if row is not None else "nobody"
             raise FencedOut(
