@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests" / "reconcile"), str(REPO)]
 
-from ha_world import TICK_S, TTL_S, World, wait_for  # noqa: E402
+from ha_world import TICK_S, TTL_S, World, cycle_done, leads, wait_for  # noqa: E402
 from reconcile_world import CONTROLLER, ever_launched, start_clock  # noqa: E402
 
 from provisioner.reconcile.loop import (  # noqa: E402
@@ -43,17 +43,6 @@ from provisioner.testing.moto_faults import FaultyMotoServer  # noqa: E402
 from tests.databases import PG_URL, Databases  # noqa: E402
 
 
-def _leads(store: Store, holder: str):  # type: ignore[no-untyped-def]
-    lease = store.lease(CONTROLLER)
-    return lease if lease is not None and lease.holder == holder else None
-
-
-def _done(store: Store) -> bool:
-    recs = store.instances()
-    ended = all(r.instance.state.terminal for r in recs)
-    return bool(recs) and ended and not store.pending_intents()
-
-
 def one_round(dbs: Databases, moto: FaultyMotoServer, folder: Path, step: str, pause: bool) -> dict:
     moto.reset()
     url = dbs.new_url()
@@ -62,14 +51,14 @@ def one_round(dbs: Databases, moto: FaultyMotoServer, folder: Path, step: str, p
     try:
         a = w.start("ctl-a", go=False, **({"pause_at": step} if pause else {"kill_at": step}))
         b = w.start("ctl-b", go=False)
-        w.leader_and_standby(a, b, lambda: _leads(store, "ctl-a"))
+        w.leader_and_standby(a, b, lambda: leads(store, "ctl-a"))
         if pause:
             wait_for("A to stop", a.stopped_by_signal)
             down_at = a.status()["paused_at"]
         else:
             wait_for("A to die", lambda: a.proc.poll() is not None)
             down_at = a.status()["killed_at"]
-        taken = wait_for("B to take over", lambda: _leads(store, "ctl-b"), 30)
+        taken = wait_for("B to take over", lambda: leads(store, "ctl-b"), 30)
         refused = 0
         if pause:
             wait_for("B's own instance", lambda: store.instances(), 30)
@@ -77,7 +66,7 @@ def one_round(dbs: Databases, moto: FaultyMotoServer, folder: Path, step: str, p
             a.proc.send_signal(signal.SIGCONT)
             wait_for("A to stand by", lambda: a.status().get("role") == "standby", 30)
             refused = store.lease(CONTROLLER).refused - before  # type: ignore[union-attr]
-        wait_for("B to finish the burst", lambda: _done(store), 120)
+        wait_for("B to finish the burst", lambda: cycle_done(store), 120)
         launched = ever_launched(moto.endpoint)
         return {
             "step": step,

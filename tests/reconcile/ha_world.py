@@ -119,6 +119,26 @@ def _child(cfg: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------- the parent
 
 
+def leads(store: Any, holder: str) -> Any:
+    """The lease when `holder` holds it, else None."""
+    from reconcile_world import CONTROLLER
+
+    lease = store.lease(CONTROLLER)
+    return lease if lease is not None and lease.holder == holder else None
+
+
+def cycle_done(store: Any) -> bool:
+    """The burst ran to its end: every instance terminated, no intent left pending."""
+    from provisioner.domain.instances import InstanceState
+
+    records = store.instances()
+    return (
+        bool(records)
+        and all(si.instance.state is InstanceState.TERMINATED for si in records)
+        and not store.pending_intents()
+    )
+
+
 def wait_for(what: str, fn: Callable[[], T | None], timeout_s: float = 60.0) -> T:
     """Poll `fn` until it returns something truthy: real processes, so a deadline, no sleep
     standing in for time."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from provisioner.act.ports import TAG_CONTROLLER
@@ -29,6 +30,7 @@ from provisioner.domain.money import cost_for_seconds
 from provisioner.reconcile.loop import Hook, LoopConfig
 from provisioner.reconcile.store import Store
 
+REPO = Path(__file__).resolve().parents[2]
 CONTROLLER = "burst-test"
 POOL = "burst"
 TICK = 60.0
@@ -70,6 +72,30 @@ def policy(**guardrails: Any) -> Policy:
         },
         "test policy",
     )
+
+
+def run_env(store_url: str, aws_endpoint: str, **settings: str) -> dict[str, str]:
+    """The environment of a `provisioner run` child: the demo policies, no Slurm, the SDK pool
+    driver against moto, any port, a short tick; `settings` add PROVISIONER_<NAME> values."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVISIONER_")}
+    env.update(
+        {
+            "PROVISIONER_STORE_URL": store_url,
+            "PROVISIONER_POLICIES": str(REPO / "policies" / "demo"),
+            "PROVISIONER_SLURM_MODE": "none",
+            "PROVISIONER_POOL_DRIVER": "sdk",
+            "PROVISIONER_API_PORT": "0",
+            "PROVISIONER_TICK_S": "0.2",
+            "AWS_ENDPOINT_URL": aws_endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            **{f"PROVISIONER_{k.upper()}": v for k, v in settings.items()},
+        }
+    )
+    return env
 
 
 def start_clock() -> ManualClock:

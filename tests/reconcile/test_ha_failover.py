@@ -15,13 +15,19 @@ from pathlib import Path
 
 import httpx
 import pytest
-from ha_world import TICK_S, TTL_S, World, wait_for
-from reconcile_world import CONTROLLER, books, ever_launched, live_instances, start_clock
+from ha_world import TICK_S, TTL_S, World, cycle_done, leads, wait_for
+from reconcile_world import (
+    CONTROLLER,
+    books,
+    ever_launched,
+    live_instances,
+    run_env,
+    start_clock,
+)
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from provisioner.api.auth import create_token
-from provisioner.domain.instances import InstanceState
 from provisioner.reconcile.loop import STEP_SCALE_UP_AFTER_CLOUD, STEP_SCALE_UP_AFTER_INTENT
 from provisioner.reconcile.models import LedgerRow
 from provisioner.reconcile.store import Store
@@ -48,21 +54,6 @@ def store(db_url):
     s = Store(db_url)
     yield s
     s.close()
-
-
-def leads(store: Store, holder: str):
-    lease = store.lease(CONTROLLER)
-    return lease if lease is not None and lease.holder == holder else None
-
-
-def cycle_done(store: Store) -> bool:
-    """The burst ran to its end: every instance terminated, no intent left pending."""
-    records = store.instances()
-    return (
-        bool(records)
-        and all(si.instance.state is InstanceState.TERMINATED for si in records)
-        and not store.pending_intents()
-    )
 
 
 def assert_one_instance_and_exact_books(store: Store, endpoint: str) -> None:
@@ -190,26 +181,6 @@ def test_restart_postgresql_under_two_controllers(pg_url, moto, tmp_path):
 # ---------------------------------------------------------------------------- provisioner run
 
 
-def _run_env(url: str, moto, api_port: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVISIONER_")}
-    env.update(
-        {
-            "PROVISIONER_STORE_URL": url,
-            "PROVISIONER_POLICIES": str(REPO / "policies" / "demo"),
-            "PROVISIONER_SLURM_MODE": "none",
-            "PROVISIONER_POOL_DRIVER": "sdk",
-            "PROVISIONER_API_PORT": str(api_port),
-            "PROVISIONER_TICK_S": "0.2",
-            "PROVISIONER_LEASE_TTL_S": "2",
-            "AWS_ENDPOINT_URL": moto.endpoint,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }
-    )
-    return env
-
-
 def _start_run(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
     out = log.open("w")
     proc = subprocess.Popen(
@@ -236,11 +207,11 @@ def test_two_runs_on_postgresql_one_leads_the_standby_serves_reads(pg_url, moto,
     store = Store(url)
     token = create_token(store, "viewer", "ha", time.time())
     auth = {"Authorization": f"Bearer {token}"}
-    first, url_a = _start_run(_run_env(url, moto, 0), tmp_path / "a.log")
+    first, url_a = _start_run(run_env(url, moto.endpoint, lease_ttl_s="2"), tmp_path / "a.log")
     procs = [first]
     try:
         wait_for("the first to lead", lambda: store.lease("burst-demo"))
-        second, url_b = _start_run(_run_env(url, moto, 0), tmp_path / "b.log")
+        second, url_b = _start_run(run_env(url, moto.endpoint, lease_ttl_s="2"), tmp_path / "b.log")
         procs.append(second)
 
         def lead(u: str) -> dict:

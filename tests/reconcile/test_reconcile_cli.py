@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -12,6 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ha_world import wait_for
+from reconcile_world import run_env
 
 from provisioner.api.auth import verify_token
 from provisioner.bootstrap import load_settings
@@ -19,34 +20,6 @@ from provisioner.reconcile.store import Store
 
 pytestmark = pytest.mark.aws
 REPO = Path(__file__).resolve().parents[2]
-
-
-def env_for(db_url, moto, tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVISIONER_")}
-    env.update(
-        {
-            "PROVISIONER_STORE_URL": db_url,
-            "PROVISIONER_POLICIES": str(REPO / "policies" / "demo"),
-            "PROVISIONER_SLURM_MODE": "none",
-            "PROVISIONER_POOL_DRIVER": "sdk",
-            "PROVISIONER_API_PORT": "0",
-            "PROVISIONER_TICK_S": "0.2",
-            "AWS_ENDPOINT_URL": moto.endpoint,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }
-    )
-    return env
-
-
-def wait_until(fn, timeout_s: float = 30.0):
-    """Poll a real process's effect with a deadline."""
-    deadline = time.monotonic() + timeout_s
-    while not (value := fn()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-    return value
 
 
 def cli(*args: str) -> list[str]:
@@ -67,16 +40,20 @@ def test_settings_are_read_when_asked_not_at_import(monkeypatch):
     assert load_settings().api_port == 9124
 
 
-def test_token_create_prints_the_token_once_and_stores_a_hash(db_url, moto, tmp_path):
-    env = env_for(db_url, moto, tmp_path)
-    proc = subprocess.run(
-        cli("token", "create", "--role", "operator", "--name", "ci"),
+def token_create(env: dict[str, str], role: str, name: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cli("token", "create", "--role", role, "--name", name),
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
         cwd=REPO,
     )
+
+
+def test_token_create_prints_the_token_once_and_stores_a_hash(db_url, moto, tmp_path):
+    env = run_env(db_url, moto.endpoint)
+    proc = token_create(env, "operator", "ci")
     assert proc.returncode == 0, proc.stderr
     token = proc.stdout.strip()
     assert token.startswith("pbt_") and token not in proc.stderr
@@ -84,27 +61,13 @@ def test_token_create_prints_the_token_once_and_stores_a_hash(db_url, moto, tmp_
     p = verify_token(store, token, time.time())
     assert p is not None and p.name == "ci" and p.role.label == "operator"
     assert all(token.split("_")[2] not in t.secret_hash for t in store.tokens())
-    bad = subprocess.run(
-        cli("token", "create", "--role", "root", "--name", "x"),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
+    bad = token_create(env, "root", "x")
     assert bad.returncode == 2 and "--role" in bad.stderr
 
 
 def test_run_serves_the_api_and_sigterm_finishes_the_pass(db_backend, db_url, moto, tmp_path):
-    env = env_for(db_url, moto, tmp_path)
-    made = subprocess.run(
-        cli("token", "create", "--role", "viewer", "--name", "t"),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
+    env = run_env(db_url, moto.endpoint)
+    made = token_create(env, "viewer", "t")
     assert made.returncode == 0, made.stderr
     auth = {"Authorization": f"Bearer {made.stdout.strip()}"}
     proc = subprocess.Popen(
@@ -125,13 +88,13 @@ def test_run_serves_the_api_and_sigterm_finishes_the_pass(db_backend, db_url, mo
         assert httpx.get(f"{url}/v1/status", timeout=10).status_code == 401
         store = Store(env["PROVISIONER_STORE_URL"])
         if db_backend == "postgresql":  # HA auto: it leads by lease and says so
-            lease = wait_until(lambda: store.lease("burst-demo"))
+            lease = wait_for("the lease", lambda: store.lease("burst-demo"))
 
             def leadership():
                 st = httpx.get(f"{url}/v1/status", headers=auth, timeout=10).json()
                 return st["controller"].get("leadership")
 
-            lead = wait_until(leadership)
+            lead = wait_for("leadership in /v1/status", leadership)
             assert lead["role"] == "leader" and lead["token"] == 1
             assert lead["leader"] == lease.holder == lead["holder_id"]
             metrics = httpx.get(f"{url}/metrics", headers=auth, timeout=10).text
@@ -155,7 +118,7 @@ def test_run_serves_the_api_and_sigterm_finishes_the_pass(db_backend, db_url, mo
 
 
 def test_run_stops_after_passes(db_url, moto, tmp_path):
-    env = env_for(db_url, moto, tmp_path)
+    env = run_env(db_url, moto.endpoint)
     proc = subprocess.run(
         cli("run", "--passes", "2"), env=env, capture_output=True, text=True, timeout=120, cwd=REPO
     )
