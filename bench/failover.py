@@ -38,7 +38,7 @@ from provisioner.reconcile.loop import (  # noqa: E402
     STEP_SCALE_UP_AFTER_CLOUD,
     STEP_SCALE_UP_AFTER_INTENT,
 )
-from provisioner.reconcile.store import Store  # noqa: E402
+from provisioner.store import Store  # noqa: E402
 from provisioner.testing.moto_faults import FaultyMotoServer  # noqa: E402
 from tests.databases import PG_URL, Databases  # noqa: E402
 

@@ -42,8 +42,8 @@ from sqlalchemy import func, select  # noqa: E402
 
 from provisioner.account.focus import iter_focus_csv  # noqa: E402
 from provisioner.api.auth import Role, create_token  # noqa: E402
-from provisioner.reconcile.models import LedgerRow, RollupRow  # noqa: E402
-from provisioner.reconcile.store import LedgerEntry, Store  # noqa: E402
+from provisioner.store import LedgerEntry, Store  # noqa: E402
+from provisioner.store.models import LedgerRow, RollupRow  # noqa: E402
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 DAY = 86_400.0
@@ -149,7 +149,7 @@ SERVER = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     from provisioner.api.app import ApiDeps, create_app
     from provisioner.clock import ManualClock
-    from provisioner.reconcile.store import Store
+    from provisioner.store import Store
     store = Store({url!r})
     clock = ManualClock(datetime(2026, 2, 1, tzinfo=UTC))
     app = create_app(ApiDeps(store=store, clock=clock))

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from provisioner.reconcile.leadership import Leadership
     from provisioner.reconcile.loop import ControllerLoop, Hook, LoopConfig, PassReport, Reconciler
     from provisioner.reconcile.ports import JobControl, NodeControl, NodeLauncher
-    from provisioner.reconcile.store import Store
     from provisioner.register.power_queue import PowerRequestQueue
+    from provisioner.store import Store
 
 log = logging.getLogger("provisioner")
 
@@ -324,7 +324,7 @@ def build_controller(
     from provisioner.config import load_policy
     from provisioner.plan.catalog import load_catalog
     from provisioner.reconcile.loop import ControllerLoop, LoopConfig, Reconciler, ReconcilerDeps
-    from provisioner.reconcile.store import Store
+    from provisioner.store import Store
 
     settings = settings or load_settings()
     clock = clock or SystemClock()

@@ -48,7 +48,7 @@ def _open_store(store_url: str | None) -> tuple[Any, str]:
     from sqlalchemy.engine import make_url
 
     from provisioner.bootstrap import load_settings
-    from provisioner.reconcile.store import Store
+    from provisioner.store import Store
 
     url = load_settings(store_url=store_url).store_url
     return Store(url), make_url(url).render_as_string(hide_password=True)

@@ -233,8 +233,7 @@ def budget_checks(policy: Policy) -> list[Check]:
 def store_check(url: str) -> Check:
     from sqlalchemy.engine import make_url
 
-    from provisioner.reconcile import migrations
-    from provisioner.reconcile.store import make_engine
+    from provisioner.store import make_engine, migrations
 
     shown = make_url(url).render_as_string(hide_password=True)
     try:

@@ -16,8 +16,8 @@ from decimal import Decimal
 
 from sqlalchemy import func, select
 
-from provisioner.reconcile.models import GRAINS, RollupRow
-from provisioner.reconcile.store import Store, day_of, from_micros
+from provisioner.store import Store, day_of, from_micros
+from provisioner.store.models import GRAINS, RollupRow
 
 CLOUD_KINDS = ("job", "idle", "unbound", "orphan")
 TEAM_GRAIN = GRAINS.index(("kind", "team"))

@@ -38,7 +38,7 @@ from provisioner.account.pricing import energy_usd_per_kwh
 from provisioner.config.models import Policy
 from provisioner.domain.nodes import GpuSample
 from provisioner.observe.gpu_telemetry import energy_cost_usd, gpu_energy_kwh
-from provisioner.reconcile.store import (
+from provisioner.store import (
     ConcurrentUpdate,
     EnergyMark,
     LedgerEntry,

@@ -31,8 +31,8 @@ from sqlalchemy import select
 
 from provisioner.account.budgets import month_bounds
 from provisioner.account.csv_safe import safe_row
-from provisioner.reconcile.models import LedgerRow
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
+from provisioner.store.models import LedgerRow
 
 FOCUS_COLUMNS: tuple[str, ...] = (
     "BilledCost",

@@ -28,7 +28,7 @@ from provisioner.account.billing import (
 )
 from provisioner.account.pricing import energy_usd_per_kwh, onprem_usd_per_gpu_hour
 from provisioner.config.models import Policy
-from provisioner.reconcile.store import BillingMark, LedgerEntry, Store, StoredInstance
+from provisioner.store import BillingMark, LedgerEntry, Store, StoredInstance
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ from sqlalchemy import ColumnElement, Select, func, select
 
 from provisioner.account.billing import DAY_S
 from provisioner.account.csv_safe import safe_row
-from provisioner.reconcile.models import GRAINS, LedgerRow, RollupRow
-from provisioner.reconcile.store import Store, day_of, from_micros
+from provisioner.store import Store, day_of, from_micros
+from provisioner.store.models import GRAINS, LedgerRow, RollupRow
 
 GROUP_KEYS = ("team", "account", "user", "partition", "cloud", "region", "pool", "kind", "day")
 KINDS = ("job", "idle", "unbound", "orphan", "onprem", "energy")

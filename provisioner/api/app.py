@@ -41,7 +41,7 @@ from provisioner.domain.instances import InstanceState
 from provisioner.domain.plan import Plan
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.observe.gpu_telemetry import GpuTelemetry
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 log = logging.getLogger("provisioner.api")
 

@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 from provisioner.account.budgets import budget_status
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 
 class ProvisionerCollector(Collector):

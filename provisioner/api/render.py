@@ -12,7 +12,7 @@ from provisioner.account.budgets import BudgetStatus
 from provisioner.account.reports import CostReport
 from provisioner.domain.plan import Plan
 from provisioner.plan.explain import decision_to_dict, plan_to_dict
-from provisioner.reconcile.store import (
+from provisioner.store import (
     Intent,
     NodeTelemetry,
     OperatorState,

@@ -16,7 +16,7 @@ from provisioner.demo.fake_slurm import FakeSlurm
 from provisioner.domain.nodes import NodeKind
 from provisioner.observe.gpu_load import record_payload
 from provisioner.observe.gpu_telemetry import GpuReading, GpuTelemetry, JobGpu
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 MEM_TOTAL_MIB = 81_920  # A100 80 GB
 IDLE_W = 55.0

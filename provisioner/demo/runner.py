@@ -22,7 +22,7 @@ from pathlib import Path
 from provisioner.clock import ManualClock
 from provisioner.config.models import Policy
 from provisioner.reconcile.loop import PassReport
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 log = logging.getLogger("provisioner.demo")
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -44,7 +44,7 @@ from provisioner.iac.sources import (
 )
 
 if TYPE_CHECKING:
-    from provisioner.reconcile.store import Store
+    from provisioner.store import Store
 
 PoolStatus = Literal["added", "removed", "changed", "unchanged"]
 SCHEMA = "gpu-burst/iac-review/v1"

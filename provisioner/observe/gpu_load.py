@@ -51,7 +51,7 @@ from provisioner.observe.gpu_telemetry import (
     gpu_idle,
     health_alerts,
 )
-from provisioner.reconcile.store import JobUsage, Store, StoredPayload
+from provisioner.store import JobUsage, Store, StoredPayload
 
 log = logging.getLogger("provisioner.observe.gpu_load")
 

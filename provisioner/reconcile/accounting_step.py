@@ -13,7 +13,7 @@ from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.observe.slurm_usage import UsageRecord, UsageTracker
 from provisioner.reconcile.context import PassReport
-from provisioner.reconcile.store import JobUsage, Store
+from provisioner.store import JobUsage, Store
 
 PRUNE_EVERY_S = 3600.0
 

@@ -36,7 +36,6 @@ from provisioner.reconcile.context import (
     PassReport,
 )
 from provisioner.reconcile.outcomes import error_code
-from provisioner.reconcile.store import Store
 from provisioner.reconcile.sync import (
     TERMINABLE,
     Kill,
@@ -44,6 +43,7 @@ from provisioner.reconcile.sync import (
     owned_from_record,
     plan_adoptions,
 )
+from provisioner.store import Store
 
 log = logging.getLogger("provisioner.loop")
 

@@ -22,8 +22,8 @@ from provisioner.domain.offers import Offer, OfferKey
 from provisioner.observe.slurm import SlurmObserver
 from provisioner.plan.catalog import Catalog
 from provisioner.reconcile.ports import JobControl, NodeControl, NodeLauncher
-from provisioner.reconcile.store import Store, StoredInstance
 from provisioner.register.power_queue import PowerRequestQueue
+from provisioner.store import Store, StoredInstance
 
 # Where a crash matters; `hook(step)` is called at each (tests raise or SIGKILL there).
 STEP_SCALE_UP_AFTER_INTENT = "scale_up.after_intent"

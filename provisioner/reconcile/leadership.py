@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from provisioner.reconcile.store import Fence, Lease, Store
+from provisioner.store import Fence, Lease, Store
 
 log = logging.getLogger("provisioner.leadership")
 

@@ -64,8 +64,8 @@ from provisioner.reconcile.recovery import recover_intents
 from provisioner.reconcile.registration import register
 from provisioner.reconcile.runtime_learning import RuntimeLearner
 from provisioner.reconcile.snapshot_view import EffectivePolicy, enrich, list_owned, observe
-from provisioner.reconcile.store import FencedOut
 from provisioner.reconcile.sync import SyncInput, plan_sync
+from provisioner.store import FencedOut
 
 # Names other code imports from here (they moved to the step modules).
 __all__ = [

@@ -17,7 +17,7 @@ from provisioner.domain.errors import (
 )
 from provisioner.domain.offers import OfferKey
 from provisioner.plan.backoff import Backoff
-from provisioner.reconcile.store import Intent
+from provisioner.store import Intent
 
 _CATEGORIES: tuple[tuple[type[CloudError], str], ...] = (
     (CapacityError, "capacity"),

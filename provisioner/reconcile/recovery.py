@@ -16,7 +16,7 @@ from provisioner.domain.offers import OfferKey
 from provisioner.reconcile.actuation import terminating_moves
 from provisioner.reconcile.context import PassContext, PassReport
 from provisioner.reconcile.outcomes import error_code
-from provisioner.reconcile.store import Intent
+from provisioner.store import Intent
 
 log = logging.getLogger("provisioner.loop")
 

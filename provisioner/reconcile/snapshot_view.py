@@ -27,8 +27,8 @@ from provisioner.observe.gpu_load import attach_gpu_load, gpu_load_from_store
 from provisioner.observe.slurm import SlurmObserver, observe_or_stale
 from provisioner.reconcile.context import PassContext, PassReport
 from provisioner.reconcile.outcomes import error_code
-from provisioner.reconcile.store import Store, StoredInstance
 from provisioner.reconcile.sync import orphan_record
+from provisioner.store import Store, StoredInstance
 
 log = logging.getLogger("provisioner.loop")
 

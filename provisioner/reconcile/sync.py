@@ -66,7 +66,7 @@ from provisioner.domain.instances import CloudInstance, InstanceOrigin, Instance
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, Offer, OfferKey
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.reconcile.store import Intent, StoredInstance
+from provisioner.store import Intent, StoredInstance
 
 S = InstanceState
 JOINED = frozenset(

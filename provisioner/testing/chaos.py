@@ -254,7 +254,7 @@ class Soak:
             load_settings,
         )
         from provisioner.reconcile.loop import LoopConfig
-        from provisioner.reconcile.store import Store
+        from provisioner.store import Store
 
         pol = self._policy()
         settings = load_settings(

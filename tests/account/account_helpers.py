@@ -7,7 +7,7 @@ from decimal import Decimal
 from provisioner.config.models import Budgets, OnPrem, Policy, TeamBudget
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.offers import CapacityType, OfferKey
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 DAY = 86_400.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 
 @pytest.fixture

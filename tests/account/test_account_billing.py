@@ -16,7 +16,7 @@ from provisioner.account.ledger import Accountant
 from provisioner.account.pricing import PriceUnknown, price_at_launch
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.offers import CapacityType, Offer, OfferKey
-from provisioner.reconcile.store import JobUsage
+from provisioner.store import JobUsage
 
 D = Decimal
 
@@ -246,7 +246,7 @@ def test_split_never_creates_or_loses_money(total_micros, weights, slack):
 def test_ledger_equals_price_times_billed_seconds(run_s, start_off, price_cents, jobs, ticks):
     """Whatever the jobs and whenever the accountant runs, an instance's ledger rows add up to
     price x max(60 s, run time) within a cent, and no job pays for more than it used."""
-    from provisioner.reconcile.store import Store
+    from provisioner.store import Store
 
     store = Store("sqlite://")
     try:
@@ -289,7 +289,7 @@ def test_minimum_is_billed_when_the_accountant_ran_exactly_at_the_end():
     # Found by the property above (hypothesis): a 1 s instance billed up to its end while it
     # still ran, then terminated at that same second, was billed 1 s instead of the 60 s
     # minimum: the final pass never saw it again. $0.62/h x 60 s = $0.010333.
-    from provisioner.reconcile.store import Store
+    from provisioner.store import Store
 
     store = Store("sqlite://")
     try:

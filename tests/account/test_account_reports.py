@@ -20,8 +20,8 @@ from provisioner.account.reports import (
     pick_grain,
     report_to_csv,
 )
-from provisioner.reconcile.models import GRAINS
-from provisioner.reconcile.store import LedgerEntry, Store
+from provisioner.store import LedgerEntry, Store
+from provisioner.store.models import GRAINS
 
 D = Decimal
 TEAMS = ("vision", "nlp", "speech")

@@ -19,7 +19,7 @@ from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Alternative, Decision, Plan, ReasonCode, ScaleUp
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.reconcile.store import JobUsage, Store
+from provisioner.store import JobUsage, Store
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 NOW = T0 + 10 * 86_400.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from api_helpers import make_env, seed
 
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 
 @pytest.fixture(scope="module")

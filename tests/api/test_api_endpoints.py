@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from api_helpers import NOW, T0, make_env, seed
 
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 
 def test_status(env):

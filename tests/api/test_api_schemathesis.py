@@ -7,7 +7,7 @@ import schemathesis
 from api_helpers import make_env, seed
 from hypothesis import HealthCheck, settings
 
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 _store = Store("sqlite://")
 seed(_store)

@@ -208,7 +208,7 @@ def test_overview_shows_who_uses_the_onprem_gpus_with_their_nvml_load(db_url):
     from provisioner.domain.snapshot import ClusterSnapshot
     from provisioner.observe.gpu_load import record_payload
     from provisioner.observe.gpu_telemetry import GpuReading, GpuTelemetry
-    from provisioner.reconcile.store import Store
+    from provisioner.store import Store
 
     store = Store(db_url)
     run = dict(state=JobState.RUNNING, start_ts=NOW - 100)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from provisioner.bootstrap import ApiServer
 from provisioner.cli import app
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 
 @pytest.fixture(scope="module")

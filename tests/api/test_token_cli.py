@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from provisioner.api.auth import Role, verify_token
 from provisioner.cli import app
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 
 def invoke(*args: str):

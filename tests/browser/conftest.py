@@ -155,7 +155,7 @@ def finished(live_demo: Demo) -> Iterator[Served]:
     from provisioner.clock import ManualClock
     from provisioner.config import load_policy
     from provisioner.demo.runner import DEMO_POLICIES
-    from provisioner.reconcile.store import Store
+    from provisioner.store import Store
 
     d = live_demo
 

@@ -37,7 +37,7 @@ from provisioner.domain.instances import InstanceState
 from provisioner.domain.jobs import JobState
 from provisioner.domain.money import cost_for_seconds
 from provisioner.observe.slurm import FallbackSlurmObserver
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

@@ -31,7 +31,7 @@ from provisioner.bootstrap import ApiServer, Controller, SlurmParts, build_contr
 from provisioner.clock import ManualClock
 from provisioner.config.loader import policy_from_mapping
 from provisioner.demo.fake_slurm import FakeSlurm
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 pytestmark = pytest.mark.hostile
 

@@ -64,7 +64,7 @@ def test_route_in_the_app_needs_a_viewer_token(tmp_path):
     from provisioner.api.app import ApiDeps, create_app
     from provisioner.api.auth import Role, create_token
     from provisioner.clock import ManualClock
-    from provisioner.reconcile.store import Store
+    from provisioner.store import Store
 
     store = Store(f"sqlite:///{tmp_path / 'api.sqlite'}")
     try:

@@ -283,7 +283,7 @@ def test_review_for_pool_creation_is_stored_with_the_decision(tmp_path, catalog)
     from provisioner.domain.offers import CapacityType, OfferKey
     from provisioner.domain.plan import Decision, ReasonCode
     from provisioner.iac.review import record_pool_creation_review
-    from provisioner.reconcile.store import Store
+    from provisioner.store import Store
 
     policy = load_policy(write_policies(tmp_path / "p", [AWS_POOL, GCP_POOL]))
     review = review_for_pool_creation(policy, "aws-a100", catalog=catalog, decision_id="d-7")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from nvml_ctl_helpers import T0, make_env, make_policy
 from provisioner.account.billing import day_windows, month_start
 from provisioner.account.energy import bill_energy
 from provisioner.domain.nodes import GpuSample
-from provisioner.reconcile.store import LedgerEntry, Store, StoreError
+from provisioner.store import LedgerEntry, Store, StoreError
 
 pytestmark = pytest.mark.nvml
 

@@ -12,8 +12,7 @@ from sqlalchemy import inspect
 from provisioner.account.energy import bill_energy
 from provisioner.account.ledger import Accountant
 from provisioner.domain.nodes import GpuSample
-from provisioner.reconcile import migrations
-from provisioner.reconcile.store import ConcurrentUpdate, EnergyMark, Store, make_engine
+from provisioner.store import ConcurrentUpdate, EnergyMark, Store, make_engine, migrations
 
 pytestmark = pytest.mark.nvml
 

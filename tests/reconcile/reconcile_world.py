@@ -28,7 +28,7 @@ from provisioner.config.models import Policy
 from provisioner.demo.fake_slurm import BurstPartition, FakeSlurm
 from provisioner.domain.money import cost_for_seconds
 from provisioner.reconcile.loop import Hook, LoopConfig
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROLLER = "burst-test"

@@ -29,8 +29,8 @@ from sqlalchemy.engine import make_url
 
 from provisioner.api.auth import create_token
 from provisioner.reconcile.loop import STEP_SCALE_UP_AFTER_CLOUD, STEP_SCALE_UP_AFTER_INTENT
-from provisioner.reconcile.models import LedgerRow
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
+from provisioner.store.models import LedgerRow
 from tests.databases import PG_URL, databases
 
 pytestmark = [pytest.mark.ha, pytest.mark.aws]

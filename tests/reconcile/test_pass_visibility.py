@@ -19,7 +19,7 @@ from provisioner.demo.fake_slurm import FakeSlurm
 from provisioner.domain.errors import SnapshotError
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.reconcile.pass_log import PassLogger
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 T0 = 1_768_046_400.0  # 2026-01-10T12:00:00Z
 

@@ -16,7 +16,7 @@ from reconcile_world import run_env
 
 from provisioner.api.auth import verify_token
 from provisioner.bootstrap import load_settings
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 pytestmark = pytest.mark.aws
 REPO = Path(__file__).resolve().parents[2]

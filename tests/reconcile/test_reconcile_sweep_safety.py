@@ -14,8 +14,8 @@ from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, Offer
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.reconcile.store import StoredInstance
 from provisioner.reconcile.sync import SyncInput, SyncPlan, plan_sync
+from provisioner.store import StoredInstance
 
 S = InstanceState
 NOW = 1_767_225_600.0

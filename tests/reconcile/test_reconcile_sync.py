@@ -10,8 +10,8 @@ from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.reconcile.loop import error_code, rebuild_backoff
-from provisioner.reconcile.store import Intent, StoredInstance
 from provisioner.reconcile.sync import SyncInput, plan_sync
+from provisioner.store import Intent, StoredInstance
 
 S = InstanceState
 NOW = 1_767_225_600.0

@@ -12,8 +12,7 @@ from sqlalchemy import func, select
 from store_helpers import T0, make_instance
 
 from provisioner.domain.instances import InstanceState
-from provisioner.reconcile.models import InstanceRow, InstanceTransitionRow, LedgerRow, RollupRow
-from provisioner.reconcile.store import (
+from provisioner.store import (
     BillingMark,
     ConcurrentUpdate,
     LedgerEntry,
@@ -21,6 +20,7 @@ from provisioner.reconcile.store import (
     Store,
     StoreError,
 )
+from provisioner.store.models import InstanceRow, InstanceTransitionRow, LedgerRow, RollupRow
 
 
 def _run_child(code: str) -> int:
@@ -41,7 +41,7 @@ def test_crash_after_intent_then_resume_confirms_once(db_url):
     rc = _run_child(
         f"""
         import os
-        from provisioner.reconcile.store import Store
+        from provisioner.store import Store
         s = Store({db_url!r})
         s.record_intent("scale_up", "tok-1", {T0}, pool="aws-a100",
                         offer="aws/us-east-1/p4d.24xlarge/on-demand", nodes=1,
@@ -112,7 +112,7 @@ def test_crash_inside_a_ledger_transaction_writes_nothing(db_url):
         f"""
         import os
         from decimal import Decimal
-        from provisioner.reconcile.store import Store, LedgerEntry
+        from provisioner.store import Store, LedgerEntry
         s = Store({db_url!r})
         rows = [LedgerEntry({T0} + i, {T0} + i + 1, "job", Decimal("0.01"), team="t")
                 for i in range(100)]

@@ -10,8 +10,8 @@ from sqlalchemy import func, select
 from store_helpers import T0, make_instance
 
 from provisioner.reconcile.leadership import Leadership
-from provisioner.reconcile.models import IntentRow
-from provisioner.reconcile.store import Fence, FencedOut, LedgerEntry, Store
+from provisioner.store import Fence, FencedOut, LedgerEntry, Store
+from provisioner.store.models import IntentRow
 
 NAME = "burst-ctl"
 TTL = 10.0

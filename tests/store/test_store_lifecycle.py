@@ -12,7 +12,7 @@ from provisioner.domain.instances import IllegalTransition, InstanceState
 from provisioner.domain.nodes import GpuSample
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Alternative, Decision, ReasonCode
-from provisioner.reconcile.store import JobUsage, NotFound, TokenRecord
+from provisioner.store import JobUsage, NotFound, TokenRecord
 
 S = InstanceState
 

@@ -6,9 +6,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from provisioner.reconcile import migrations
-from provisioner.reconcile.models import Base
-from provisioner.reconcile.store import Store, make_engine
+from provisioner.store import Store, make_engine, migrations
+from provisioner.store.models import Base
 
 TABLES = {
     "pools",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from provisioner.observe.slurm_usage import UsageRecord
 from provisioner.reconcile.runtime_learning import RuntimeLearner
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 
 def test_saving_replaces_only_the_names_given(store) -> None:

@@ -6,8 +6,7 @@ from __future__ import annotations
 from sqlalchemy import inspect, text
 
 from provisioner.api.auth import Role, create_token, verify_token
-from provisioner.reconcile import migrations
-from provisioner.reconcile.store import Store, make_engine
+from provisioner.store import Store, make_engine, migrations
 
 
 def test_0002_database_with_tokens_upgrades_and_tokens_keep_working(db_url):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from provisioner.api.auth import Role, create_token, verify_token
 from provisioner.api.console.sessions import Sessions, can_operate, csrf_ok
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 
 def test_sessions_expire_and_end_with_their_token(tmp_path):

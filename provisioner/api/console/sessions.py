@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from provisioner.api.auth import Principal, Role
-from provisioner.reconcile.store import Store
+from provisioner.store import Store
 
 COOKIE = "pbc_session"
 DEFAULT_TTL_S = 12 * 3600.0

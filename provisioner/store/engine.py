@@ -12,8 +12,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from provisioner.reconcile import migrations
-from provisioner.reconcile.store_records import Fence, FencedOut, StoreError
+from provisioner.store import migrations
+from provisioner.store.records import Fence, FencedOut, StoreError
 
 DEFAULT_URL = "sqlite:///provisioner.sqlite"
 

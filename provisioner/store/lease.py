@@ -25,9 +25,9 @@ from sqlalchemy import text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from provisioner.reconcile.models import LeaderLeaseRow
-from provisioner.reconcile.store_engine import StoreBase
-from provisioner.reconcile.store_records import Fence, FencedOut, StoreError
+from provisioner.store.engine import StoreBase
+from provisioner.store.models import LeaderLeaseRow
+from provisioner.store.records import Fence, FencedOut, StoreError
 
 log = logging.getLogger("provisioner.lease")
 

@@ -10,13 +10,13 @@ have happened; the loop finds out from the cloud (by tag/token) and confirms or 
 """
 
 from provisioner.domain.money import MICRO
-from provisioner.reconcile.store_decisions import DecisionStore
-from provisioner.reconcile.store_engine import DEFAULT_URL, StoreBase, make_engine
-from provisioner.reconcile.store_instances import InstanceStore
-from provisioner.reconcile.store_lease import Lease, LeaseStore
-from provisioner.reconcile.store_ledger import LedgerStore
-from provisioner.reconcile.store_policy import PolicyStore
-from provisioner.reconcile.store_records import (
+from provisioner.store.decisions import DecisionStore
+from provisioner.store.engine import DEFAULT_URL, StoreBase, make_engine
+from provisioner.store.instances import InstanceStore
+from provisioner.store.lease import Lease, LeaseStore
+from provisioner.store.ledger import LedgerStore
+from provisioner.store.policy import PolicyStore
+from provisioner.store.records import (
     BillingMark,
     BudgetRecord,
     ConcurrentUpdate,
@@ -39,9 +39,9 @@ from provisioner.reconcile.store_records import (
     from_micros,
     to_micros,
 )
-from provisioner.reconcile.store_runtime import RuntimeHistoryStore
-from provisioner.reconcile.store_telemetry import TelemetryStore
-from provisioner.reconcile.store_tokens import TokenStore
+from provisioner.store.runtime import RuntimeHistoryStore
+from provisioner.store.telemetry import TelemetryStore
+from provisioner.store.tokens import TokenStore
 
 __all__ = [
     "DEFAULT_URL",

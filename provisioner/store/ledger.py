@@ -11,7 +11,8 @@ from sqlalchemy import func, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from provisioner.reconcile.models import (
+from provisioner.store.engine import StoreBase
+from provisioner.store.models import (
     GRAINS,
     LEDGER_DIMENSIONS,
     InstanceRow,
@@ -19,8 +20,7 @@ from provisioner.reconcile.models import (
     LedgerRow,
     RollupRow,
 )
-from provisioner.reconcile.store_engine import StoreBase
-from provisioner.reconcile.store_records import (
+from provisioner.store.records import (
     BillingMark,
     ConcurrentUpdate,
     JobUsage,

@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy import JSON, Float, String, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from provisioner.reconcile.models import Base
-from provisioner.reconcile.store_engine import StoreBase
+from provisioner.store.engine import StoreBase
+from provisioner.store.models import Base
 
 
 class RuntimeHistoryRow(Base):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from alembic import context
 
-from provisioner.reconcile.models import Base
+from provisioner.store.models import Base
 
 config = context.config
 connection = config.attributes.get("connection")
 if connection is None:
-    raise RuntimeError("run migrations through provisioner.reconcile.migrations.upgrade()")
+    raise RuntimeError("run migrations through provisioner.store.migrations.upgrade()")
 
 context.configure(
     connection=connection,

@@ -18,9 +18,9 @@ from provisioner.domain.instances import (
     Transition,
 )
 from provisioner.domain.offers import CapacityType, OfferKey
-from provisioner.reconcile.models import InstanceRow, InstanceTransitionRow, IntentRow
-from provisioner.reconcile.store_engine import StoreBase
-from provisioner.reconcile.store_records import Intent, NotFound, StoredInstance, StoreError
+from provisioner.store.engine import StoreBase
+from provisioner.store.models import InstanceRow, InstanceTransitionRow, IntentRow
+from provisioner.store.records import Intent, NotFound, StoredInstance, StoreError
 
 
 class InstanceStore(StoreBase):

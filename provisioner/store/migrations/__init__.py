@@ -3,7 +3,7 @@
 `upgrade(connection)` brings a database to the newest schema; `Store` calls it at startup.
 To write a new revision during development:
 
-    from provisioner.reconcile.migrations import revision
+    from provisioner.store.migrations import revision
     revision(engine, "add a column")
 """
 

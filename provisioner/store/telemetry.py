@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from provisioner.domain.nodes import GpuSample
-from provisioner.reconcile.models import EnergyMarkRow, TelemetryPayloadRow, TelemetryRow
-from provisioner.reconcile.store_ledger import LedgerStore
-from provisioner.reconcile.store_records import (
+from provisioner.store.ledger import LedgerStore
+from provisioner.store.models import EnergyMarkRow, TelemetryPayloadRow, TelemetryRow
+from provisioner.store.records import (
     ConcurrentUpdate,
     EnergyMark,
     LedgerEntry,

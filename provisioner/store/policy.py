@@ -8,9 +8,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from provisioner.config.models import Budgets, PoolPolicy
-from provisioner.reconcile.models import BudgetRow, OperatorStateRow, PoolRow
-from provisioner.reconcile.store_engine import StoreBase
-from provisioner.reconcile.store_records import BudgetRecord, OperatorState, PoolInfo, _table
+from provisioner.store.engine import StoreBase
+from provisioner.store.models import BudgetRow, OperatorStateRow, PoolRow
+from provisioner.store.records import BudgetRecord, OperatorState, PoolInfo, _table
 
 
 class PolicyStore(StoreBase):

@@ -11,9 +11,9 @@ from sqlalchemy import func, select
 
 from provisioner.domain.offers import OfferKey
 from provisioner.domain.plan import Alternative, Decision, ReasonCode
-from provisioner.reconcile.models import DecisionRow
-from provisioner.reconcile.store_engine import StoreBase
-from provisioner.reconcile.store_records import StoredDecision
+from provisioner.store.engine import StoreBase
+from provisioner.store.models import DecisionRow
+from provisioner.store.records import StoredDecision
 
 
 class DecisionStore(StoreBase):
