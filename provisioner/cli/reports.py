@@ -73,7 +73,7 @@ def costs(
     as_csv: CsvOpt = False,
 ) -> None:
     """Cost report grouped by team, account, user, partition, cloud, region, pool, kind, day."""
-    from provisioner.reportcli.client import get_json
+    from provisioner.cli.report_client import get_json
 
     data = get_json(
         url, token, "/v1/costs", {"group_by": group_by, "from": from_, "to": to, "kind": kind}
@@ -98,7 +98,7 @@ def budgets(
     as_csv: CsvOpt = False,
 ) -> None:
     """Budget status per team: spent, burn, forecast and headroom this month."""
-    from provisioner.reportcli.client import get_json
+    from provisioner.cli.report_client import get_json
 
     data = get_json(url, token, "/v1/budgets", {})
     cols = ["team", "monthly_usd", "spent_usd", "burn_usd_hr", "forecast_usd", "headroom_usd"]
@@ -127,8 +127,8 @@ def decisions(
     as_csv: CsvOpt = False,
 ) -> None:
     """Planner decisions, newest first, with the reason in words and the chosen offer."""
+    from provisioner.cli.report_client import get_json
     from provisioner.plan.reasons import reason_words
-    from provisioner.reportcli.client import get_json
 
     data = get_json(url, token, "/v1/decisions", {"reason": reason, "limit": limit})
     if job:

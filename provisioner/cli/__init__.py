@@ -89,14 +89,14 @@ def plan(
 
 # Sub-command groups owned by other modules are registered here, one line each.
 def _register_subcommands() -> None:
-    from provisioner.simulate.cli import register as register_simulate
+    from provisioner.cli.simulate import register as register_simulate
 
     register_simulate(app)
     from provisioner.observe.nvml_cli import register as register_agent; register_agent(app)  # noqa: E702, I001  # fmt: skip
-    from provisioner.register.cli import register as register_slurm; register_slurm(app)  # noqa: E702, I001  # fmt: skip
-    from provisioner.controller_cli import register as register_controller; register_controller(app)  # noqa: E702, I001  # fmt: skip
-    from provisioner.iac.cli import register as register_iac; register_iac(app)  # noqa: E702, I001  # fmt: skip
-    from provisioner.reportcli.cli import register as register_reports; register_reports(app)  # noqa: E702, I001  # fmt: skip
+    from provisioner.cli.slurm_hooks import register as register_slurm; register_slurm(app)  # noqa: E702, I001  # fmt: skip
+    from provisioner.cli.controller import register as register_controller; register_controller(app)  # noqa: E702, I001  # fmt: skip
+    from provisioner.cli.iac import register as register_iac; register_iac(app)  # noqa: E702, I001  # fmt: skip
+    from provisioner.cli.reports import register as register_reports; register_reports(app)  # noqa: E702, I001  # fmt: skip
 
 
 _register_subcommands()

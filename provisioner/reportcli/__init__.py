@@ -1,1 +1,0 @@
-"""`provisioner costs|budgets|decisions`: the console's reports as terminal tables."""
