@@ -1,4 +1,4 @@
-"""The seeded chaos soak (provisioner/testing/chaos.py): faults injected by kind, invariant
+"""The seeded chaos soak (provisioner/demo/chaos.py): faults injected by kind, invariant
 checks made, violations, and time to recover after each kill.
 
     python bench/chaos.py [--seeds N] [--first S] [--steps K] [--jobs J]
@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from provisioner.testing.chaos import run_seeds
+from provisioner.demo.chaos import run_seeds
 
 
 def main() -> None:

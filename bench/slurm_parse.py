@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from provisioner.observe.slurm_parse import parse_snapshot  # noqa: E402
+from provisioner.observe.slurm.parse import parse_snapshot  # noqa: E402
 
 FIX = REPO / "tests" / "fixtures" / "slurm"
 N_JOBS = 10_000

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from provisioner.act.actuator import CloudPorts
     from provisioner.act.ports import PoolSpec
-    from provisioner.observe.slurm import SlurmObserver
+    from provisioner.observe.slurm.observer import SlurmObserver
     from provisioner.plan.catalog import Catalog
     from provisioner.reconcile.leadership import Leadership
     from provisioner.reconcile.loop import ControllerLoop, Hook, LoopConfig, PassReport, Reconciler
@@ -128,15 +128,15 @@ class SlurmParts:
 def build_slurm(settings: Settings, clock: Clock, policy: Policy) -> SlurmParts:
     if settings.slurm_mode == "none":
         return SlurmParts()
+    from provisioner.command_runner import SubprocessRunner
     from provisioner.domain.errors import SnapshotError
-    from provisioner.observe.slurm import (
+    from provisioner.observe.slurm.observer import (
         CliSlurmObserver,
         FallbackSlurmObserver,
         RestSlurmObserver,
         RestToken,
     )
-    from provisioner.observe.slurm_parse import DEFAULT_CLOUD_PARTITIONS
-    from provisioner.observe.slurm_runner import SubprocessRunner
+    from provisioner.observe.slurm.parse import DEFAULT_CLOUD_PARTITIONS
     from provisioner.reconcile.ports import ScontrolJobControl
     from provisioner.register.slurm_control import SlurmControl
 

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from provisioner.command_runner import CommandRunner, CommandTimeout
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.offers import CapacityType
-from provisioner.observe.slurm_runner import CommandRunner, CommandTimeout
 from provisioner.plan.catalog import Catalog
 from provisioner.plan.ranking import candidates_for
 
@@ -308,7 +308,7 @@ def run_doctor(
 ) -> list[Check]:
     """Every check, in order. Builds its own Slurm runner and cloud ports unless given."""
     from provisioner.bootstrap import build_clouds
-    from provisioner.observe.slurm_runner import SubprocessRunner
+    from provisioner.command_runner import SubprocessRunner
 
     checks: list[Check] = []
     if settings.slurm_mode == "none":

@@ -24,7 +24,7 @@ AGENT_DEPS=("nvidia-ml-py>=12.535" "pydantic>=2.6" "typer>=0.12" "httpx>=0.27" "
 section() { printf '\n===== %s (t+%ss)\n' "$1" "$(($(date +%s) - START))"; }
 
 has_deps() {
-    "$1" -c 'import pynvml, pydantic, typer, httpx, tenacity, provisioner.observe.nvml_cli' \
+    "$1" -c 'import pynvml, pydantic, typer, httpx, tenacity, provisioner.agent.cli' \
         >/dev/null 2>&1
 }
 

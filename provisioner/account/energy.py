@@ -37,7 +37,7 @@ from provisioner.account.billing import MAX_TS, day_windows, month_start
 from provisioner.account.pricing import energy_usd_per_kwh
 from provisioner.config.models import Policy
 from provisioner.domain.nodes import GpuSample
-from provisioner.observe.gpu_telemetry import energy_cost_usd, gpu_energy_kwh
+from provisioner.domain.telemetry import energy_cost_usd, gpu_energy_kwh
 from provisioner.store import (
     ConcurrentUpdate,
     EnergyMark,

@@ -40,7 +40,7 @@ from provisioner.config.models import Policy
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.plan import Plan
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.gpu_telemetry import GpuTelemetry
+from provisioner.domain.telemetry import GpuTelemetry
 from provisioner.store import Store
 
 log = logging.getLogger("provisioner.api")

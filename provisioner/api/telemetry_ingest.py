@@ -21,8 +21,8 @@ from fastapi import HTTPException
 
 from provisioner.api.auth import Principal, Role
 from provisioner.config.models import Telemetry
-from provisioner.observe.gpu_load import record_payload
-from provisioner.observe.gpu_telemetry import GpuTelemetry
+from provisioner.domain.telemetry import GpuTelemetry
+from provisioner.store.telemetry_ingest import record_payload
 
 if TYPE_CHECKING:
     from provisioner.api.app import ApiDeps

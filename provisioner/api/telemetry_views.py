@@ -1,6 +1,6 @@
 """GPU waste and health views: `GET /v1/gpus/waste`, `GET /v1/gpus/alerts` (viewer), and the
 `provisioner_gpu_*` metrics, all from the telemetry the NVML agents pushed (see
-`provisioner.observe.gpu_load`).
+`provisioner.account.gpu_waste`).
 
 `create_app` includes `telemetry_router(require(Role.VIEWER))`, registers `GpuCollector` in its
 metrics registry, and calls `record_payload` from `POST /v1/telemetry`. The policy (thresholds,
@@ -17,17 +17,17 @@ from fastapi import APIRouter, Depends, Query, Request
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from provisioner.api.render import iso
-from provisioner.config.models import Policy
-from provisioner.observe.gpu_load import (
+from provisioner.account.gpu_waste import (
     DEFAULT_ALERT_MAX_AGE_S,
-    DEFAULT_MAX_AGE_S,
     AlertsReport,
     WasteItem,
     WasteReport,
     gpu_alerts,
     gpu_waste,
 )
+from provisioner.api.render import iso
+from provisioner.config.models import Policy
+from provisioner.domain.telemetry import DEFAULT_MAX_AGE_S
 
 if TYPE_CHECKING:
     from provisioner.api.app import ApiDeps

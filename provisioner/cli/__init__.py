@@ -92,7 +92,7 @@ def _register_subcommands() -> None:
     from provisioner.cli.simulate import register as register_simulate
 
     register_simulate(app)
-    from provisioner.observe.nvml_cli import register as register_agent; register_agent(app)  # noqa: E702, I001  # fmt: skip
+    from provisioner.agent.cli import register as register_agent; register_agent(app)  # noqa: E702, I001  # fmt: skip
     from provisioner.cli.slurm_hooks import register as register_slurm; register_slurm(app)  # noqa: E702, I001  # fmt: skip
     from provisioner.cli.controller import register as register_controller; register_controller(app)  # noqa: E702, I001  # fmt: skip
     from provisioner.cli.iac import register as register_iac; register_iac(app)  # noqa: E702, I001  # fmt: skip

@@ -29,7 +29,7 @@ HostlistArg = Annotated[str, typer.Argument(help="Slurm hostlist, e.g. cloud-aws
 def _handoff(action: str, hostlist: str, state_dir: Path) -> None:
     from provisioner.clock import SystemClock
     from provisioner.domain.errors import InputError
-    from provisioner.observe.slurm_hostlist import HostlistError, expand_hostlist
+    from provisioner.domain.hostlist import HostlistError, expand_hostlist
     from provisioner.register.power_queue import PowerAction, SqlitePowerRequestQueue
 
     try:

@@ -14,9 +14,9 @@ import hashlib
 from provisioner.config.models import Policy
 from provisioner.demo.fake_slurm import FakeSlurm
 from provisioner.domain.nodes import NodeKind
-from provisioner.observe.gpu_load import record_payload
-from provisioner.observe.gpu_telemetry import GpuReading, GpuTelemetry, JobGpu
+from provisioner.domain.telemetry import GpuReading, GpuTelemetry, JobGpu
 from provisioner.store import Store
+from provisioner.store.telemetry_ingest import record_payload
 
 MEM_TOTAL_MIB = 81_920  # A100 80 GB
 IDLE_W = 55.0

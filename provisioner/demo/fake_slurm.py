@@ -32,9 +32,9 @@ from typing import Literal
 from provisioner.clock import Clock
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.jobs import Job, JobState
+from provisioner.domain.naming import burst_node_name
 from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.register.naming import burst_node_name
 
 Power = Literal["on", "off", "booting", "stopping", "down"]
 _UP = frozenset({InstanceState.ALLOCATED, InstanceState.JOINING, InstanceState.READY})

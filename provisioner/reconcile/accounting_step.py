@@ -11,7 +11,7 @@ from provisioner.account.ledger import Accountant, AccountingResult
 from provisioner.config.models import Policy
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm_usage import UsageRecord, UsageTracker
+from provisioner.observe.slurm.usage import UsageRecord, UsageTracker
 from provisioner.reconcile.context import PassReport
 from provisioner.store import JobUsage, Store
 

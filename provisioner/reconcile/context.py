@@ -19,7 +19,7 @@ from provisioner.act.specs import NodeImages, UserDataFn, spec_for_offer
 from provisioner.clock import Clock
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.offers import Offer, OfferKey
-from provisioner.observe.slurm import SlurmObserver
+from provisioner.observe.slurm.observer import SlurmObserver
 from provisioner.plan.catalog import Catalog
 from provisioner.reconcile.ports import JobControl, NodeControl, NodeLauncher
 from provisioner.register.power_queue import PowerRequestQueue

@@ -39,8 +39,8 @@ from provisioner.act.backoff_feed import BackoffSettings
 from provisioner.domain.instances import DEFAULT_STATE_TIMEOUTS_S, InstanceState
 from provisioner.domain.plan import Decision, Plan, ReasonCode
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.gpu_load import planning_view
 from provisioner.plan.backoff import Backoff
+from provisioner.plan.gpu_view import planning_view
 from provisioner.plan.planner import plan as make_plan
 from provisioner.reconcile.accounting_step import AccountingStep
 from provisioner.reconcile.actuation import Actuator

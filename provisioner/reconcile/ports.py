@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+from provisioner.command_runner import CommandResult, CommandRunner, CommandTimeout
 from provisioner.domain.instances import CloudInstance
-from provisioner.observe.slurm_runner import CommandResult, CommandRunner, CommandTimeout
 from provisioner.register.slurm_control import SlurmControlError
 
 

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from provisioner.domain.jobs import JobState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm_usage import UsageRecord
+from provisioner.observe.slurm.usage import UsageRecord
 from provisioner.plan.history import RuntimeHistory
 
 

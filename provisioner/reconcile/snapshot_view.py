@@ -20,11 +20,12 @@ from provisioner.act.ports import CloudState, OwnedInstance
 from provisioner.config.models import Policy
 from provisioner.domain.errors import CloudError, ProvisionerError
 from provisioner.domain.instances import CloudInstance, InstanceState
-from provisioner.domain.nodes import NodeKind
+from provisioner.domain.nodes import GpuSample, NodeKind
 from provisioner.domain.offers import OfferKey
 from provisioner.domain.snapshot import ClusterSnapshot, SpendState
-from provisioner.observe.gpu_load import attach_gpu_load, gpu_load_from_store
-from provisioner.observe.slurm import SlurmObserver, observe_or_stale
+from provisioner.domain.telemetry import DEFAULT_MAX_AGE_S, fresh
+from provisioner.observe.slurm.observer import SlurmObserver, observe_or_stale
+from provisioner.plan.gpu_view import attach_gpu_load
 from provisioner.reconcile.context import PassContext, PassReport
 from provisioner.reconcile.outcomes import error_code
 from provisioner.reconcile.sync import orphan_record
@@ -198,3 +199,25 @@ class EffectivePolicy:
             ]
             self._drained_policy = (drained, self.policy.model_copy(update={"pools": pools}))
         return self._drained_policy[1]
+
+
+def gpu_load_from_store(
+    store: Store, now_ts: float, max_age_s: float = DEFAULT_MAX_AGE_S
+) -> dict[str, tuple[GpuSample, ...]]:
+    """Fresh GPU samples per node name, in GPU index order. Stale GPUs are omitted; a node
+    with none fresh (or whose agent has not been heard from within `max_age_s`) is absent."""
+    if max_age_s < 0:
+        raise ValueError("max_age_s must not be negative")
+    out: dict[str, tuple[GpuSample, ...]] = {}
+    for nt in store.telemetry():
+        if not fresh(nt.received_ts, now_ts, max_age_s):
+            continue
+        gpus = tuple(
+            sorted(
+                (g for g in nt.gpus if fresh(g.sampled_ts, now_ts, max_age_s)),
+                key=lambda g: g.index,
+            )
+        )
+        if gpus:
+            out[nt.node] = gpus
+    return out

@@ -24,9 +24,9 @@ from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from provisioner.command_runner import SYSTEM_PATH
 from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.instances import CloudInstance, InstanceState
-from provisioner.observe.slurm_runner import SYSTEM_PATH
 
 _RUNNING_STATES = frozenset(
     {InstanceState.ALLOCATED, InstanceState.JOINING, InstanceState.READY, InstanceState.DRAINING}

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from provisioner.register.naming import burst_node_names, hostlist_expr
+from provisioner.domain.naming import burst_node_names, hostlist_expr
 
 Capacity = Literal["spot", "ondemand"]
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from provisioner.command_runner import CommandResult, CommandRunner, CommandTimeout
 from provisioner.domain.errors import ProvisionerError
-from provisioner.observe.slurm_hostlist import join_hostlist
-from provisioner.observe.slurm_runner import CommandResult, CommandRunner, CommandTimeout
+from provisioner.domain.hostlist import join_hostlist
 
 # Job states in which Slurm ended a job because its node failed, without requeueing it.
 _NODE_FAILED = frozenset({"NODE_FAIL", "BOOT_FAIL"})

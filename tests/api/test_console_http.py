@@ -206,9 +206,9 @@ def test_overview_shows_who_uses_the_onprem_gpus_with_their_nvml_load(db_url):
     from provisioner.domain.jobs import Job, JobState
     from provisioner.domain.nodes import Node, NodeKind, NodeState
     from provisioner.domain.snapshot import ClusterSnapshot
-    from provisioner.observe.gpu_load import record_payload
-    from provisioner.observe.gpu_telemetry import GpuReading, GpuTelemetry
+    from provisioner.domain.telemetry import GpuReading, GpuTelemetry
     from provisioner.store import Store
+    from provisioner.store.telemetry_ingest import record_payload
 
     store = Store(db_url)
     run = dict(state=JobState.RUNNING, start_ts=NOW - 100)

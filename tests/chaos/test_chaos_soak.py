@@ -1,13 +1,13 @@
 """The chaos soak with a short, seeded budget (`make chaos` and bench/chaos.py run the long one):
 the controller against moto's server and the fake Slurm cluster under random kills, cloud,
 Slurm, store and telemetry faults; the invariants are checked from moto's records, the fake
-cluster's jobs and the ledger (see provisioner/testing/chaos.py)."""
+cluster's jobs and the ledger (see provisioner/demo/chaos.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from provisioner.testing.chaos import FAULT_KINDS, run_seeds
+from provisioner.demo.chaos import FAULT_KINDS, run_seeds
 
 pytestmark = pytest.mark.chaos
 

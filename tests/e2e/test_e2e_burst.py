@@ -36,7 +36,7 @@ from provisioner.config import load_policy
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.jobs import JobState
 from provisioner.domain.money import cost_for_seconds
-from provisioner.observe.slurm import FallbackSlurmObserver
+from provisioner.observe.slurm.observer import FallbackSlurmObserver
 from provisioner.store import Store
 
 pytestmark = pytest.mark.e2e

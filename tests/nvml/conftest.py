@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from nvml_cases import T0, two_a100_nvml
 
+from provisioner.agent.nvml_fake import FakeNvml
 from provisioner.clock import ManualClock
-from provisioner.observe.nvml_fake import FakeNvml
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from provisioner.observe.nvml_api import ProcessInfo
-from provisioner.observe.nvml_fake import FakeGpu, FakeMig, FakeNvml, a100
+from provisioner.agent.nvml_api import ProcessInfo
+from provisioner.agent.nvml_fake import FakeGpu, FakeMig, FakeNvml, a100
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 UUID0 = "GPU-a1000000-0000-0000-0000-000000000000"

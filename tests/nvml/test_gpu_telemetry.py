@@ -7,8 +7,10 @@ from decimal import Decimal
 import pytest
 from nvml_cases import UUID0, UUID1, busy_a100, idle_a100, jobs_by_pid, mig_a100
 
+from provisioner.agent.nvml_fake import FakeNvml
+from provisioner.agent.sampler import NvmlSampler
 from provisioner.domain.nodes import GpuSample, Node, NodeKind
-from provisioner.observe.gpu_telemetry import (
+from provisioner.domain.telemetry import (
     GpuAllocation,
     GpuReading,
     GpuTelemetry,
@@ -23,8 +25,6 @@ from provisioner.observe.gpu_telemetry import (
     node_gpu_idle,
     telemetry_by_node,
 )
-from provisioner.observe.nvml_fake import FakeNvml
-from provisioner.observe.nvml_sampler import NvmlSampler
 
 pytestmark = pytest.mark.nvml
 

@@ -12,16 +12,16 @@ import typer
 from nvml_cases import UUID0, busy_a100, idle_a100
 from typer.testing import CliRunner
 
-from provisioner.observe.gpu_telemetry import GpuTelemetry
-from provisioner.observe.nvml_agent import MetricsCache, MetricsServer, TelemetryPusher, run_agent
-from provisioner.observe.nvml_api import (
+from provisioner.agent.cli import AgentDeps, parse_listen, register
+from provisioner.agent.daemon import MetricsCache, MetricsServer, TelemetryPusher, run_agent
+from provisioner.agent.nvml_api import (
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_LIBRARY_NOT_FOUND,
     NVML_ERROR_UNKNOWN,
 )
-from provisioner.observe.nvml_cli import AgentDeps, parse_listen, register
-from provisioner.observe.nvml_fake import FakeNvml
-from provisioner.observe.nvml_sampler import NvmlSampler
+from provisioner.agent.nvml_fake import FakeNvml
+from provisioner.agent.sampler import NvmlSampler
+from provisioner.domain.telemetry import GpuTelemetry
 
 pytestmark = pytest.mark.nvml
 

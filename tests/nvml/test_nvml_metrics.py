@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from nvml_cases import MIG_PARENT, T0, UUID0, UUID1, busy_a100, idle_a100, jobs_by_pid, mig_a100
 
-from provisioner.observe.gpu_metrics import format_value, render_down, render_metrics
-from provisioner.observe.gpu_telemetry import GpuReading, GpuTelemetry
-from provisioner.observe.nvml_api import NVML_ERROR_NOT_SUPPORTED
-from provisioner.observe.nvml_fake import FakeNvml, a100
-from provisioner.observe.nvml_sampler import NvmlSampler
+from provisioner.agent.metrics import format_value, render_down, render_metrics
+from provisioner.agent.nvml_api import NVML_ERROR_NOT_SUPPORTED
+from provisioner.agent.nvml_fake import FakeNvml, a100
+from provisioner.agent.sampler import NvmlSampler
+from provisioner.domain.telemetry import GpuReading, GpuTelemetry
 
 pytestmark = pytest.mark.nvml
 
@@ -215,7 +215,7 @@ def test_mig_instance_series(clock):
 
 
 def test_two_jobs_on_one_gpu_two_series(clock):
-    from provisioner.observe.nvml_api import ProcessInfo
+    from provisioner.agent.nvml_api import ProcessInfo
 
     nvml = FakeNvml([a100(0, processes=[ProcessInfo(pid=1), ProcessInfo(pid=2)])])
     t = sample(nvml, clock, jobs={1: "11", 2: "22"})

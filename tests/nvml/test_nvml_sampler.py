@@ -18,7 +18,7 @@ from nvml_cases import (
     mig_a100,
 )
 
-from provisioner.observe.nvml_api import (
+from provisioner.agent.nvml_api import (
     BINDING_NOT_INSTALLED,
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_GPU_IS_LOST,
@@ -29,8 +29,8 @@ from provisioner.observe.nvml_api import (
     ProcessInfo,
     PynvmlBackend,
 )
-from provisioner.observe.nvml_fake import FakeNvml, a100
-from provisioner.observe.nvml_sampler import (
+from provisioner.agent.nvml_fake import FakeNvml, a100
+from provisioner.agent.sampler import (
     NvmlSampler,
     NvmlUnavailable,
     ProcJobResolver,

@@ -24,7 +24,7 @@ from provisioner.config.models import (
 )
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.offers import CapacityType, OfferKey
-from provisioner.observe.gpu_telemetry import GpuReading, GpuTelemetry, JobGpu
+from provisioner.domain.telemetry import GpuReading, GpuTelemetry, JobGpu
 from provisioner.store import JobUsage, Store
 
 T0 = 1_768_046_400.0  # 2026-01-10T12:00:00Z

@@ -15,15 +15,11 @@ from provisioner.domain.nodes import GpuSample, Node, NodeKind, NodeState
 from provisioner.domain.offers import Offer
 from provisioner.domain.plan import Drain, ReasonCode
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.gpu_load import (
-    allocated_idle_gpus,
-    attach_gpu_load,
-    gpu_load_from_store,
-    planning_view,
-)
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.catalog import Catalog
+from provisioner.plan.gpu_view import allocated_idle_gpus, attach_gpu_load, planning_view
 from provisioner.plan.planner import plan
+from provisioner.reconcile.snapshot_view import gpu_load_from_store
 
 pytestmark = pytest.mark.nvml
 

@@ -18,9 +18,10 @@ from nvml_ctl_helpers import (
 )
 from pydantic import ValidationError
 
+from provisioner.account.gpu_waste import gpu_waste
 from provisioner.config.models import Health
 from provisioner.domain.money import cost_for_seconds
-from provisioner.observe.gpu_load import gpu_waste, record_payload
+from provisioner.store.telemetry_ingest import record_payload
 
 pytestmark = pytest.mark.nvml
 

@@ -22,12 +22,12 @@ from typing import TypeVar
 import pytest
 
 from provisioner.clock import SystemClock
+from provisioner.command_runner import SubprocessRunner
 from provisioner.domain.errors import SnapshotError
 from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import Node, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm import CliSlurmObserver, RestSlurmObserver, RestToken
-from provisioner.observe.slurm_runner import SubprocessRunner
+from provisioner.observe.slurm.observer import CliSlurmObserver, RestSlurmObserver, RestToken
 from provisioner.register.handoff import HandoffResult, process_power_requests
 from provisioner.register.launcher import LocalCloudHandler, LocalSlurmdLauncher
 from provisioner.register.power_queue import SqlitePowerRequestQueue

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from provisioner.observe.slurm_runner import CommandResult
+from provisioner.command_runner import CommandResult
 
 ON_NODE = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"}
 KILLED_BY_DOWN = {"RUNNING", "CONFIGURING", "SUSPENDED"}

@@ -19,18 +19,18 @@ from pathlib import Path
 import pytest
 
 from provisioner.clock import ManualClock
+from provisioner.command_runner import CommandResult
 from provisioner.domain.errors import SnapshotError
 from provisioner.domain.jobs import JobState
 from provisioner.domain.nodes import NodeKind, NodeState
-from provisioner.observe.slurm import (
+from provisioner.observe.slurm.observer import (
     CliSlurmObserver,
     FallbackSlurmObserver,
     RestSlurmObserver,
     RestToken,
 )
-from provisioner.observe.slurm_parse import load_json, parse_jobs, parse_nodes
-from provisioner.observe.slurm_runner import CommandResult
-from provisioner.observe.slurm_version import (
+from provisioner.observe.slurm.parse import load_json, parse_jobs, parse_nodes
+from provisioner.observe.slurm.version import (
     SlurmVersion,
     UnsupportedSlurmVersion,
     detect_version,
@@ -101,7 +101,7 @@ def test_recorded_24_11_nodes(name: str) -> None:
 
 
 def test_24_11_nodes_agree_between_scontrol_rest_and_scontrol_o() -> None:
-    from provisioner.observe.slurm_parse import parse_scontrol_nodes
+    from provisioner.observe.slurm.parse import parse_scontrol_nodes
 
     js = {n.name: n for n in parse_nodes(doc("scontrol-show-nodes--json.json"))}
     rest = {n.name: n for n in parse_nodes(doc("rest-v0.0.42-nodes.json"))}

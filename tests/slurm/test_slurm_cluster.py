@@ -13,7 +13,7 @@ from slurm_harness import Cluster, job, node
 
 from provisioner.domain.jobs import JobState
 from provisioner.domain.nodes import NodeKind, NodeState
-from provisioner.observe.slurm_usage import UsageTracker
+from provisioner.observe.slurm.usage import UsageTracker
 from provisioner.register.power_queue import PowerAction
 from provisioner.register.slurm_conf import BurstNodeSet, render_node_lines
 

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from provisioner.clock import ManualClock
+from provisioner.command_runner import CommandResult, CommandTimeout
 from provisioner.domain.errors import SnapshotError
+from provisioner.domain.hostlist import HostlistError, expand_hostlist
 from provisioner.domain.jobs import JobState
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm import CliSlurmObserver, RestSlurmObserver, observe_or_stale
-from provisioner.observe.slurm_hostlist import HostlistError, expand_hostlist
-from provisioner.observe.slurm_parse import (
+from provisioner.observe.slurm.observer import CliSlurmObserver, RestSlurmObserver, observe_or_stale
+from provisioner.observe.slurm.parse import (
     load_json,
     map_node_state,
     parse_gres,
@@ -27,7 +28,6 @@ from provisioner.observe.slurm_parse import (
     parse_snapshot,
     parse_tres_gpus,
 )
-from provisioner.observe.slurm_runner import CommandResult, CommandTimeout
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 

@@ -13,9 +13,9 @@ import pytest
 from slurm_harness import Cluster
 
 from provisioner.clock import SystemClock
+from provisioner.command_runner import SubprocessRunner
 from provisioner.domain.errors import SnapshotError
-from provisioner.observe.slurm import CliSlurmObserver
-from provisioner.observe.slurm_runner import SubprocessRunner
+from provisioner.observe.slurm.observer import CliSlurmObserver
 
 pytestmark = pytest.mark.slurm
 

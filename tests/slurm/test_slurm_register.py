@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 from slurm_jobs_model import EVENTS, ModelJob, SlurmJobsModel
 
+from provisioner.command_runner import CommandResult, CommandTimeout
 from provisioner.domain.instances import CloudInstance, InstanceState
-from provisioner.domain.offers import OfferKey
-from provisioner.observe.slurm_runner import CommandResult, CommandTimeout
-from provisioner.register.handoff import process_power_requests
-from provisioner.register.launcher import LocalCloudHandler, LocalSlurmdLauncher
-from provisioner.register.naming import (
+from provisioner.domain.naming import (
     burst_node_name,
     burst_node_names,
     hostlist_expr,
     parse_burst_node_name,
     pool_of,
 )
+from provisioner.domain.offers import OfferKey
+from provisioner.register.handoff import process_power_requests
+from provisioner.register.launcher import LocalCloudHandler, LocalSlurmdLauncher
 from provisioner.register.power_queue import PowerAction, SqlitePowerRequestQueue
 from provisioner.register.slurm_conf import (
     BurstNodeSet,

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.command_runner import CommandResult
 from provisioner.domain.errors import SnapshotError
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node, NodeKind
-from provisioner.observe.slurm_runner import CommandResult
-from provisioner.observe.slurm_usage import (
+from provisioner.observe.slurm.usage import (
     SacctUsageSource,
     UsageRecord,
     UsageTracker,

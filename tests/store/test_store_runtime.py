@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from provisioner.observe.slurm_usage import UsageRecord
+from provisioner.observe.slurm.usage import UsageRecord
 from provisioner.reconcile.runtime_learning import RuntimeLearner
 from provisioner.store import Store
 

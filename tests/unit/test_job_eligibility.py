@@ -11,7 +11,7 @@ import pytest
 
 from provisioner.domain.plan import ReasonCode
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm_parse import parse_job
+from provisioner.observe.slurm.parse import parse_job
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.planner import plan
 from tests.unit.helpers import T0, catalog, onprem_nodes, pending, policy, running

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm_usage import UsageRecord
+from provisioner.observe.slurm.usage import UsageRecord
 from provisioner.reconcile.runtime_learning import RuntimeLearner
 
 

@@ -16,17 +16,13 @@ from decimal import Decimal
 from typing import Any
 
 from provisioner.account.budgets import CLOUD_KINDS, budget_status
+from provisioner.account.gpu_waste import DEFAULT_ALERT_MAX_AGE_S, gpu_alerts, gpu_waste
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, parse_kinds
 from provisioner.api import render
 from provisioner.api.app import ApiDeps
 from provisioner.api.telemetry_views import alerts_dict, policy_of, waste_dict
 from provisioner.domain.nodes import NodeKind
-from provisioner.observe.gpu_load import (
-    DEFAULT_ALERT_MAX_AGE_S,
-    DEFAULT_MAX_AGE_S,
-    gpu_alerts,
-    gpu_waste,
-)
+from provisioner.domain.telemetry import DEFAULT_MAX_AGE_S
 from provisioner.plan.reasons import kind_of_reason, reason_words
 
 PAGE_GROUPS = ("team", "account", "pool", "cloud", "kind", "day")

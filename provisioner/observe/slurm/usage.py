@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from provisioner.command_runner import CommandRunner, run_observed
 from provisioner.domain.errors import SnapshotError
+from provisioner.domain.hostlist import HostlistError, expand_hostlist
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node
-from provisioner.observe.slurm_hostlist import HostlistError, expand_hostlist
-from provisioner.observe.slurm_parse import check_errors, load_json, number
-from provisioner.observe.slurm_runner import CommandRunner, run_observed
+from provisioner.observe.slurm.parse import check_errors, load_json, number
 
 
 @dataclass(frozen=True, slots=True)

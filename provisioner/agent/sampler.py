@@ -18,9 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from provisioner.clock import Clock
-from provisioner.observe.gpu_telemetry import GpuReading, GpuTelemetry, JobGpu, MigInstance
-from provisioner.observe.nvml_api import (
+from provisioner.agent.nvml_api import (
     BINDING_NOT_INSTALLED,
     NVML_AGGREGATE_ECC,
     NVML_CLOCK_MEM,
@@ -50,6 +48,8 @@ from provisioner.observe.nvml_api import (
     NvmlError,
     ProcessInfo,
 )
+from provisioner.clock import Clock
+from provisioner.domain.telemetry import GpuReading, GpuTelemetry, JobGpu, MigInstance
 
 log = logging.getLogger("provisioner.agent")
 

@@ -24,10 +24,10 @@ from tenacity import (
     wait_exponential,
 )
 
+from provisioner.agent.metrics import CONTENT_TYPE, render_down, render_metrics
+from provisioner.agent.sampler import NvmlSampler, NvmlUnavailable
 from provisioner.clock import Clock
-from provisioner.observe.gpu_metrics import CONTENT_TYPE, render_down, render_metrics
-from provisioner.observe.gpu_telemetry import GpuTelemetry
-from provisioner.observe.nvml_sampler import NvmlSampler, NvmlUnavailable
+from provisioner.domain.telemetry import GpuTelemetry
 
 log = logging.getLogger("provisioner.agent")
 

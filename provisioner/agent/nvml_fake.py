@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from provisioner.observe.nvml_api import (
+from provisioner.agent.nvml_api import (
     NVML_CLOCK_SM,
     NVML_DEVICE_MIG_ENABLE,
     NVML_ERROR_GPU_IS_LOST,
@@ -111,7 +111,7 @@ class _GiHandle:
 
 
 class FakeNvml:
-    """Implements `provisioner.observe.nvml_api.Nvml` over in-memory `FakeGpu`s."""
+    """Implements `provisioner.agent.nvml_api.Nvml` over in-memory `FakeGpu`s."""
 
     def __init__(
         self,

@@ -509,3 +509,12 @@ def telemetry_by_node(batch: Sequence[GpuTelemetry]) -> dict[str, GpuTelemetry]:
         if old is None or t.sampled_ts >= old.sampled_ts:
             out[t.node] = t
     return out
+
+
+# Three missed pushes at the agent's default 15 s interval, plus slack for one slow pass.
+DEFAULT_MAX_AGE_S = 60.0
+
+
+def fresh(ts: float, now_ts: float, max_age_s: float) -> bool:
+    """Whether a time stamp lies within `max_age_s` of now (either side)."""
+    return math.isfinite(ts) and abs(now_ts - ts) <= max_age_s

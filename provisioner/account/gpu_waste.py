@@ -1,53 +1,27 @@
-"""Per-node GPU load for the snapshot, from the telemetry the NVML agents pushed to the store.
-
-The controller loop calls these after it has observed Slurm:
-
-    loads = gpu_load_from_store(store, now_ts, max_age_s)
-    snapshot = attach_gpu_load(snapshot, loads)          # what the API and metrics show
-    to_plan = planning_view(snapshot, policy)             # what the planner is given
-
-- Only fresh samples count. A GPU whose latest sample is older than `max_age_s` (or further in
-  the future than that: a skewed agent clock) is left out, and a node with no fresh GPU gets no
-  samples at all, so the planner sees "no NVML sample" (and keeps a burst node when
-  `guardrails.require_nvml_idle` is set) instead of an old "idle".
-- `planning_view` honours `health.allocated_idle_counts_busy`. True (the default): the snapshot
-  is returned as it is; GPUs Slurm has allocated count as busy whatever NVML says, which is what
-  the scheduler does (it will not hand them out). False (optimistic): on each on-prem node, the
-  GPUs NVML shows idle beyond the node's unallocated ones are taken as free for wait
-  predictions: `gpus_alloc` drops by that count, and so does the GPU count of the single-node
-  running jobs on it (soonest-ending first; a job left with no GPU there is dropped from the
-  node), because the planner's availability profile is built from the running jobs. Multi-node
-  jobs are never shrunk. The result is a planning-only view: give it to `plan()`, not to the API
-  or the accountant (its job GPU counts are not Slurm's).
-
-The same module keeps what the waste and health views need (the API's `/v1/gpus/*` and the
-`provisioner_gpu_*` metrics): `record_payload` stores each pushed payload whole, with since when
-each GPU has been idle, and `gpu_waste` / `gpu_alerts` read them back.
-
-Pure functions except those taking a `Store`; nothing mutates its input.
-"""
+"""GPU waste and health accounting from the stored telemetry payloads: allocated-but-idle GPUs
+and what they cost, and the health alerts (the API's `/v1/gpus/*` and the `provisioner_gpu_*`
+metrics)."""
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
 from pydantic import ValidationError
 
 from provisioner.config.models import Policy
-from provisioner.domain.jobs import Job
 from provisioner.domain.money import MICRO, cost_for_seconds
-from provisioner.domain.nodes import GpuSample, Node, NodeKind
-from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.gpu_telemetry import (
+from provisioner.domain.nodes import NodeKind
+from provisioner.domain.telemetry import (
+    DEFAULT_MAX_AGE_S,
     GpuAlert,
     GpuReading,
     GpuTelemetry,
     HealthThresholds,
+    fresh,
     gpu_idle,
     health_alerts,
 )
@@ -55,153 +29,8 @@ from provisioner.store import JobUsage, Store, StoredPayload
 
 log = logging.getLogger("provisioner.observe.gpu_load")
 
-# Three missed pushes at the agent's default 15 s interval, plus slack for one slow pass.
-DEFAULT_MAX_AGE_S = 60.0
 # Health alerts stay up this long after a node's last push (ECC and Xid state outlive a sample).
 DEFAULT_ALERT_MAX_AGE_S = 900.0
-
-
-def fresh(ts: float, now_ts: float, max_age_s: float) -> bool:
-    """Whether a time stamp lies within `max_age_s` of now (either side)."""
-    return math.isfinite(ts) and abs(now_ts - ts) <= max_age_s
-
-
-def gpu_load_from_store(
-    store: Store, now_ts: float, max_age_s: float = DEFAULT_MAX_AGE_S
-) -> dict[str, tuple[GpuSample, ...]]:
-    """Fresh GPU samples per node name, in GPU index order. Stale GPUs are omitted; a node
-    with none fresh (or whose agent has not been heard from within `max_age_s`) is absent."""
-    if max_age_s < 0:
-        raise ValueError("max_age_s must not be negative")
-    out: dict[str, tuple[GpuSample, ...]] = {}
-    for nt in store.telemetry():
-        if not fresh(nt.received_ts, now_ts, max_age_s):
-            continue
-        gpus = tuple(
-            sorted(
-                (g for g in nt.gpus if fresh(g.sampled_ts, now_ts, max_age_s)),
-                key=lambda g: g.index,
-            )
-        )
-        if gpus:
-            out[nt.node] = gpus
-    return out
-
-
-def attach_gpu_load(
-    snapshot: ClusterSnapshot, loads: Mapping[str, tuple[GpuSample, ...]]
-) -> ClusterSnapshot:
-    """A new snapshot whose nodes carry `loads[node.name]` as `gpu_load` (and no samples when
-    the node is not in `loads`, so nothing older is carried over). The input is not changed."""
-    nodes = tuple(
-        n if n.gpu_load == loads.get(n.name, ()) else replace(n, gpu_load=loads.get(n.name, ()))
-        for n in snapshot.nodes
-    )
-    return replace(snapshot, nodes=nodes)
-
-
-def allocated_idle_gpus(
-    node: Node, util_threshold_pct: float, mem_threshold_mib: float | None
-) -> int:
-    """How many of the node's allocated GPUs NVML shows idle, at least.
-
-    NVML does not say which GPUs Slurm allocated, so the unallocated ones are assumed to be
-    among the idle ones first: max(0, idle - free), at most `gpus_alloc`.
-    """
-    idle = sum(
-        1 for s in node.gpu_load if gpu_idle(s, util_threshold_pct, mem_threshold_mib) is True
-    )
-    return min(node.gpus_alloc, max(0, idle - node.gpus_free))
-
-
-def planning_view(snapshot: ClusterSnapshot, policy: Policy) -> ClusterSnapshot:
-    """The snapshot the planner should see under `health.allocated_idle_counts_busy` (see the
-    module docstring). With the default (True) this is `snapshot` itself."""
-    if policy.health.allocated_idle_counts_busy:
-        return snapshot
-    threshold = policy.guardrails.nvml_idle_util_pct
-    mem = policy.health.idle_mem_used_mib
-    freed: dict[str, int] = {}
-    nodes: list[Node] = []
-    for n in snapshot.nodes:
-        k = allocated_idle_gpus(n, threshold, mem) if n.kind is NodeKind.ONPREM else 0
-        if k > 0:
-            freed[n.name] = k
-            nodes.append(replace(n, gpus_alloc=n.gpus_alloc - k))
-        else:
-            nodes.append(n)
-    if not freed:
-        return snapshot
-    jobs = _shrink_jobs(snapshot, policy, freed)
-    return replace(snapshot, nodes=tuple(nodes), jobs=jobs)
-
-
-def _shrink_jobs(
-    snapshot: ClusterSnapshot, policy: Policy, freed: Mapping[str, int]
-) -> tuple[Job, ...]:
-    """Running single-node jobs with their idle GPUs taken away, soonest-ending first."""
-    left = dict(freed)
-    fallback = policy.onprem.fallback_runtime_s
-
-    def expected_end(j: Job) -> float:
-        start = j.start_ts if j.start_ts is not None else snapshot.taken_ts
-        return start + (j.runtime_estimate_s or fallback)
-
-    order = sorted(
-        (j for j in snapshot.running if len(j.nodes) == 1 and j.nodes[0] in left),
-        key=lambda j: (expected_end(j), j.job_id),
-    )
-    changed: dict[int, Job] = {}  # by identity: the snapshot's own objects
-    for j in order:
-        node = j.nodes[0]
-        take = min(left[node], j.gpus)
-        if take <= 0:
-            continue
-        left[node] -= take
-        gpus = j.gpus - take
-        changed[id(j)] = replace(j, gpus=gpus, nodes=j.nodes if gpus > 0 else ())
-    return tuple(changed.get(id(j), j) for j in snapshot.jobs)
-
-
-# --------------------------------------------------------------------------- stored payloads
-
-
-def record_payload(store: Store, payload: GpuTelemetry, received_ts: float, policy: Policy) -> bool:
-    """Store a pushed payload whole, with since when each GPU has been idle (by the policy's
-    thresholds). A GPU idle in the previous payload too (same UUID) keeps its start; one that
-    just became idle starts at this sample. False: an older sample, not stored."""
-    threshold = policy.guardrails.nvml_idle_util_pct
-    mem = policy.health.idle_mem_used_mib
-    prev = next(iter(store.telemetry_payloads(payload.node)), None)
-    before: dict[int, tuple[str, float]] = {}
-    if prev is not None and prev.sampled_ts <= payload.sampled_ts:
-        uuids = {
-            int(g.get("index", -1)): str(g.get("uuid", ""))
-            for g in prev.payload.get("gpus", ())
-            if isinstance(g, dict)
-        }
-        before = {i: (uuids.get(i, ""), ts) for i, ts in prev.idle_since.items()}
-    since: dict[int, float] = {}
-    for g in payload.gpus:
-        if g.mig_enabled or gpu_idle(g, threshold, mem) is not True:
-            continue
-        seen = before.get(g.index)
-        since[g.index] = seen[1] if seen is not None and seen[0] == g.uuid else payload.sampled_ts
-    body = _finite(payload.model_dump(mode="json"))
-    assert isinstance(body, dict)
-    return store.put_telemetry_payload(payload.node, payload.sampled_ts, received_ts, body, since)
-
-
-def _finite(value: object) -> object:
-    """The JSON value with every NaN or infinity replaced by None (a reading not made): JSON has
-    no such numbers, and PostgreSQL refuses them."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,9 +65,6 @@ def _parse(sp: StoredPayload) -> GpuTelemetry | None:
     except ValidationError:
         log.warning("stored telemetry of node %s no longer parses; skipped", sp.node)
         return None
-
-
-# --------------------------------------------------------------------------- health
 
 
 def health_thresholds(policy: Policy) -> HealthThresholds:
@@ -277,8 +103,6 @@ def gpu_alerts(
     )
     return AlertsReport(alerts, dict(sorted(silent.items())), th)
 
-
-# --------------------------------------------------------------------------- waste
 
 WasteBasis = Literal["idle_with_process", "idle_unmapped"]
 
@@ -482,23 +306,3 @@ def _node_waste(
             )
         )
     return out
-
-
-__all__ = [
-    "DEFAULT_ALERT_MAX_AGE_S",
-    "DEFAULT_MAX_AGE_S",
-    "AlertsReport",
-    "NodePayload",
-    "WasteItem",
-    "WasteReport",
-    "allocated_idle_gpus",
-    "attach_gpu_load",
-    "fresh",
-    "gpu_alerts",
-    "gpu_load_from_store",
-    "gpu_waste",
-    "health_thresholds",
-    "latest_payloads",
-    "planning_view",
-    "record_payload",
-]

@@ -18,11 +18,11 @@ from datetime import datetime
 from typing import Any
 
 from provisioner.domain.errors import SnapshotError
+from provisioner.domain.hostlist import HostlistError, expand_hostlist
 from provisioner.domain.jobs import Job, JobState
+from provisioner.domain.naming import pool_of
 from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm_hostlist import HostlistError, expand_hostlist
-from provisioner.register.naming import pool_of
 
 CLOUD_FEATURE = "cloud"
 DEFAULT_CLOUD_PARTITIONS: frozenset[str] = frozenset({"cloud"})

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from provisioner.agent.nvml_api import Nvml
 from provisioner.clock import Clock
-from provisioner.observe.nvml_api import Nvml
 
 if TYPE_CHECKING:
-    from provisioner.observe.nvml_sampler import NvmlSampler
+    from provisioner.agent.sampler import NvmlSampler
 
 EXIT_BAD_INPUT = 2
 EXIT_NVML_UNAVAILABLE = 3
@@ -117,9 +117,9 @@ def _agent(
     count: int,
     slurm_jobs: bool,
 ) -> None:
+    from provisioner.agent.nvml_api import PynvmlBackend
+    from provisioner.agent.sampler import NvmlSampler, NvmlUnavailable, ProcJobResolver
     from provisioner.clock import SystemClock
-    from provisioner.observe.nvml_api import PynvmlBackend
-    from provisioner.observe.nvml_sampler import NvmlSampler, NvmlUnavailable, ProcJobResolver
 
     if interval <= 0:
         raise _fail("--interval must be > 0 seconds", EXIT_BAD_INPUT)
@@ -162,7 +162,7 @@ def _agent(
 
 
 def _once(sampler: NvmlSampler, as_json: bool) -> None:
-    from provisioner.observe.gpu_metrics import render_metrics
+    from provisioner.agent.metrics import render_metrics
 
     telemetry = sampler.sample()
     if as_json:
@@ -182,7 +182,7 @@ def _serve(
 ) -> None:
     import httpx
 
-    from provisioner.observe.nvml_agent import (
+    from provisioner.agent.daemon import (
         TOKEN_ENV,
         MetricsCache,
         MetricsServer,
@@ -251,8 +251,8 @@ def _serve(
             pusher.close()
 
 
-def main() -> None:  # pragma: no cover - `python -m provisioner.observe.nvml_cli`
-    """The agent alone, without the rest of the CLI: `python -m provisioner.observe.nvml_cli`."""
+def main() -> None:  # pragma: no cover - `python -m provisioner.agent.cli`
+    """The agent alone, without the rest of the CLI: `python -m provisioner.agent.cli`."""
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     register(app)
     app()

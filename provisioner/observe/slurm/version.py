@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from provisioner.command_runner import CommandRunner, run_observed
 from provisioner.domain.errors import ProvisionerError, SnapshotError
-from provisioner.observe.slurm_runner import CommandRunner, run_observed
 
 # release series -> the newest data_parser / slurmrestd API version it serves
 DATA_PARSERS: dict[tuple[int, int], str] = {

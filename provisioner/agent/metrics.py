@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from provisioner.observe.gpu_telemetry import GpuReading, GpuTelemetry, MigInstance
+from provisioner.domain.telemetry import GpuReading, GpuTelemetry, MigInstance
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from provisioner.clock import Clock
+from provisioner.command_runner import CommandResult, CommandRunner, run_observed
 from provisioner.domain.errors import SnapshotError
 from provisioner.domain.nodes import Node
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm_parse import (
+from provisioner.observe.slurm.parse import (
     DEFAULT_CLOUD_PARTITIONS,
     SlurmView,
     load_json,
@@ -38,8 +39,7 @@ from provisioner.observe.slurm_parse import (
     parse_scontrol_nodes,
     snapshot_from,
 )
-from provisioner.observe.slurm_runner import CommandResult, CommandRunner, run_observed
-from provisioner.observe.slurm_version import (
+from provisioner.observe.slurm.version import (
     DATA_PARSERS,
     SlurmVersion,
     UnsupportedSlurmVersion,

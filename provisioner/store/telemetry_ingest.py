@@ -1,0 +1,51 @@
+"""Ingest of pushed GPU telemetry: each payload is stored whole, with since when each GPU has been
+idle (by the policy's thresholds), for the waste and health views to read back."""
+
+from __future__ import annotations
+
+import math
+
+from provisioner.config.models import Policy
+from provisioner.domain.telemetry import (
+    GpuTelemetry,
+    gpu_idle,
+)
+from provisioner.store import Store
+
+
+def record_payload(store: Store, payload: GpuTelemetry, received_ts: float, policy: Policy) -> bool:
+    """Store a pushed payload whole, with since when each GPU has been idle (by the policy's
+    thresholds). A GPU idle in the previous payload too (same UUID) keeps its start; one that
+    just became idle starts at this sample. False: an older sample, not stored."""
+    threshold = policy.guardrails.nvml_idle_util_pct
+    mem = policy.health.idle_mem_used_mib
+    prev = next(iter(store.telemetry_payloads(payload.node)), None)
+    before: dict[int, tuple[str, float]] = {}
+    if prev is not None and prev.sampled_ts <= payload.sampled_ts:
+        uuids = {
+            int(g.get("index", -1)): str(g.get("uuid", ""))
+            for g in prev.payload.get("gpus", ())
+            if isinstance(g, dict)
+        }
+        before = {i: (uuids.get(i, ""), ts) for i, ts in prev.idle_since.items()}
+    since: dict[int, float] = {}
+    for g in payload.gpus:
+        if g.mig_enabled or gpu_idle(g, threshold, mem) is not True:
+            continue
+        seen = before.get(g.index)
+        since[g.index] = seen[1] if seen is not None and seen[0] == g.uuid else payload.sampled_ts
+    body = _finite(payload.model_dump(mode="json"))
+    assert isinstance(body, dict)
+    return store.put_telemetry_payload(payload.node, payload.sampled_ts, received_ts, body, since)
+
+
+def _finite(value: object) -> object:
+    """The JSON value with every NaN or infinity replaced by None (a reading not made): JSON has
+    no such numbers, and PostgreSQL refuses them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
