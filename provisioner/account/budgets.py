@@ -14,13 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from sqlalchemy import func, select
-
-from provisioner.store import Store, day_of, from_micros
-from provisioner.store.models import GRAINS, RollupRow
+from provisioner.store import Store
 
 CLOUD_KINDS = ("job", "idle", "unbound", "orphan")
-TEAM_GRAIN = GRAINS.index(("kind", "team"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,18 +73,7 @@ def month_bounds(now_ts: float) -> tuple[float, float]:
 def budget_status(store: Store, now_ts: float) -> BudgetStatus:
     m0, m1 = month_bounds(now_ts)
     # The month is whole UTC days, so the (kind, team) rollup answers it exactly.
-    q = (
-        select(RollupRow.team, func.sum(RollupRow.cost_micros))
-        .where(
-            RollupRow.grain == TEAM_GRAIN,
-            RollupRow.day >= day_of(m0),
-            RollupRow.day < day_of(m1),
-            RollupRow.kind.in_(CLOUD_KINDS),
-        )
-        .group_by(RollupRow.team)
-    )
-    with store.reading() as s:
-        spent = {str(t): from_micros(int(c or 0)) for t, c in s.execute(q)}
+    spent = store.spend_by_team(m0, m1, CLOUD_KINDS)
     burn: dict[str, Decimal] = {}
     total_burn = Decimal(0)
     for si in store.instances(live_only=True):

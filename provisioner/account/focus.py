@@ -27,12 +27,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
 from provisioner.account.budgets import month_bounds
 from provisioner.account.csv_safe import safe_row
 from provisioner.store import Store
-from provisioner.store.models import LedgerRow
 
 FOCUS_COLUMNS: tuple[str, ...] = (
     "BilledCost",
@@ -116,31 +113,6 @@ _KIND_TEXT = {
     "energy": "GPU energy on {what}",
 }
 
-_COLS = (
-    LedgerRow.start_ts,
-    LedgerRow.end_ts,
-    LedgerRow.day,
-    LedgerRow.kind,
-    LedgerRow.cloud,
-    LedgerRow.region,
-    LedgerRow.pool,
-    LedgerRow.instance_id,
-    LedgerRow.node_name,
-    LedgerRow.offer,
-    LedgerRow.instance_type,
-    LedgerRow.capacity,
-    LedgerRow.job_id,
-    LedgerRow.team,
-    LedgerRow.account,
-    LedgerRow.user,
-    LedgerRow.partition,
-    LedgerRow.decision_id,
-    LedgerRow.quantity,
-    LedgerRow.unit,
-    LedgerRow.unit_price_micros,
-    LedgerRow.cost_micros,
-)
-
 
 @dataclass(frozen=True, slots=True)
 class FocusOptions:
@@ -193,7 +165,8 @@ def _provider(cloud: str) -> tuple[str, str]:
 
 
 def focus_row(r: Any, opts: FocusOptions, periods: _Period) -> list[str]:
-    """One ledger row (a result row of `_COLS`) as FOCUS values, in `opts.columns` order."""
+    """One ledger row (a tuple of `store.ledger.EXPORT_COLUMNS`) as FOCUS values, in
+    `opts.columns` order."""
     (
         start_ts,
         end_ts,
@@ -327,16 +300,8 @@ def iter_focus_csv(
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(opts.columns)
     yield buf.getvalue()
-    q = select(*_COLS)
-    if from_ts is not None:
-        q = q.where(LedgerRow.start_ts >= from_ts)
-    if to_ts is not None:
-        q = q.where(LedgerRow.start_ts < to_ts)
-    q = q.order_by(LedgerRow.start_ts, LedgerRow.id)
-    with store.engine.connect() as conn:
-        result = conn.execution_options(yield_per=chunk_rows).execute(q)
-        for part in result.partitions():
-            buf.seek(0)
-            buf.truncate()
-            writer.writerows(safe_row(focus_row(r, opts, periods)) for r in part)
-            yield buf.getvalue()
+    for part in store.ledger_export(from_ts, to_ts, chunk_rows=chunk_rows):
+        buf.seek(0)
+        buf.truncate()
+        writer.writerows(safe_row(focus_row(r, opts, periods)) for r in part)
+        yield buf.getvalue()

@@ -3,11 +3,11 @@ watermarks they move are written in one transaction, so no half-written ledger s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, literal, select, update
+from sqlalchemy import ColumnElement, Select, func, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -37,6 +37,56 @@ from provisioner.store.records import (
 # 64-bit integer micro-dollars; with this bound it takes 900,000 maximal rows in one day and
 # group before a SUM could overflow, so a forged or broken input cannot make every report fail.
 MAX_ENTRY_MICROS = 10**13
+
+DAY_S = 86_400
+# The ledger columns `ledger_export` reads, in this order (the FOCUS export unpacks them).
+EXPORT_COLUMNS = (
+    "start_ts",
+    "end_ts",
+    "day",
+    "kind",
+    "cloud",
+    "region",
+    "pool",
+    "instance_id",
+    "node_name",
+    "offer",
+    "instance_type",
+    "capacity",
+    "job_id",
+    "team",
+    "account",
+    "user",
+    "partition",
+    "decision_id",
+    "quantity",
+    "unit",
+    "unit_price_micros",
+    "cost_micros",
+)
+
+
+def pick_grain(group_by: Sequence[str], kinds: Sequence[str] = ()) -> int:
+    """The rollup grain with the fewest dimensions that still holds every key needed."""
+    need = {k for k in group_by if k != "day"} | ({"kind"} if kinds else set())
+    fits = [g for g, dims in enumerate(GRAINS) if need <= set(dims)]
+    return min(fits, key=lambda g: (len(GRAINS[g]), g))
+
+
+def _grouped(
+    model: type[LedgerRow] | type[RollupRow],
+    group_by: Sequence[str],
+    where: Iterable[ColumnElement[bool]],
+    kinds: Sequence[str],
+) -> Select[Any]:
+    cols = [getattr(model, k) for k in group_by]
+    count = func.count() if model is LedgerRow else func.sum(RollupRow.rows)
+    q = select(*cols, func.sum(model.cost_micros), count).where(*where)
+    if kinds:
+        q = q.where(model.kind.in_(list(kinds)))
+    if cols:
+        q = q.group_by(*cols)
+    return q
 
 
 class LedgerStore(StoreBase):
@@ -268,6 +318,85 @@ class LedgerStore(StoreBase):
             q = q.where(LedgerRow.start_ts < to_ts)
         with self.reading() as s:
             return from_micros(int(s.execute(q).scalar_one()))
+
+    def grouped_costs(
+        self, group_by: Sequence[str], from_ts: float, to_ts: float, kinds: Sequence[str] = ()
+    ) -> dict[tuple[str, ...], tuple[Decimal, int]]:
+        """(cost, row count) of the ledger rows starting in [from_ts, to_ts), per value of the
+        `group_by` columns, optionally only of `kinds`. Groups with no row are absent.
+
+        Whole UTC days inside the window are read from the smallest rollup grain that holds
+        every key asked for, the partial days at its edges from the ledger's covering window
+        index, and the two are merged. Rows never straddle a midnight."""
+        first_full = -(-from_ts // DAY_S) * DAY_S  # the first midnight at or after from
+        last_full = (to_ts // DAY_S) * DAY_S  # the last midnight at or before to
+        queries: list[Select[Any]] = []
+        if first_full < last_full:
+            queries.append(
+                _grouped(
+                    RollupRow,
+                    group_by,
+                    [
+                        RollupRow.grain == pick_grain(group_by, kinds),
+                        RollupRow.day >= day_of(first_full),
+                        RollupRow.day < day_of(last_full),
+                    ],
+                    kinds,
+                )
+            )
+            edges = [(from_ts, first_full), (last_full, to_ts)]
+        else:
+            edges = [(from_ts, to_ts)]
+        for a, b in edges:
+            if b > a:
+                where = [LedgerRow.start_ts >= a, LedgerRow.start_ts < b]
+                queries.append(_grouped(LedgerRow, group_by, where, kinds))
+        totals: dict[tuple[str, ...], list[int]] = {}
+        n = len(group_by)
+        with self.reading() as s:
+            for q in queries:
+                for row in s.execute(q):
+                    micros, count = row[n], row[n + 1]
+                    if count is None or int(count) == 0:
+                        continue
+                    acc = totals.setdefault(tuple(str(v) for v in row[:n]), [0, 0])
+                    acc[0] += int(micros or 0)
+                    acc[1] += int(count)
+        return {k: (from_micros(c), rows) for k, (c, rows) in totals.items()}
+
+    def spend_by_team(
+        self, from_ts: float, to_ts: float, kinds: Sequence[str]
+    ) -> dict[str, Decimal]:
+        """Ledger cost of `kinds` per team over the whole UTC days [day_of(from), day_of(to)),
+        read from the (kind, team) rollup, which answers whole days exactly."""
+        q = (
+            select(RollupRow.team, func.sum(RollupRow.cost_micros))
+            .where(
+                RollupRow.grain == GRAINS.index(("kind", "team")),
+                RollupRow.day >= day_of(from_ts),
+                RollupRow.day < day_of(to_ts),
+                RollupRow.kind.in_(list(kinds)),
+            )
+            .group_by(RollupRow.team)
+        )
+        with self.reading() as s:
+            return {str(t): from_micros(int(c or 0)) for t, c in s.execute(q)}
+
+    def ledger_export(
+        self, from_ts: float | None = None, to_ts: float | None = None, *, chunk_rows: int = 2000
+    ) -> Iterator[Sequence[Sequence[Any]]]:
+        """The ledger rows starting in [from_ts, to_ts), in start order, as tuples of
+        `EXPORT_COLUMNS`, `chunk_rows` at a time: the rows stream from the database in batches,
+        so memory stays flat whatever the ledger's size."""
+        q = select(*(getattr(LedgerRow, c) for c in EXPORT_COLUMNS))
+        if from_ts is not None:
+            q = q.where(LedgerRow.start_ts >= from_ts)
+        if to_ts is not None:
+            q = q.where(LedgerRow.start_ts < to_ts)
+        q = q.order_by(LedgerRow.start_ts, LedgerRow.id)
+        with self.engine.connect() as conn:
+            result = conn.execution_options(yield_per=chunk_rows).execute(q)
+            yield from result.partitions()
 
     def ledger_entries(
         self, *, instance_id: str | None = None, job_id: str | None = None

@@ -17,10 +17,10 @@ from provisioner.account.reports import (
     ReportError,
     cost_report,
     parse_group_by,
-    pick_grain,
     report_to_csv,
 )
 from provisioner.store import LedgerEntry, Store
+from provisioner.store.ledger import pick_grain
 from provisioner.store.models import GRAINS
 
 D = Decimal
