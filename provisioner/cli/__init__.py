@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -104,7 +103,3 @@ _register_subcommands()
 
 def main() -> None:  # pragma: no cover - console entry
     app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
