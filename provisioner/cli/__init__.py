@@ -21,7 +21,7 @@ app = typer.Typer(
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_POLICIES = REPO_ROOT / "policies"
 DEFAULT_TRACE = REPO_ROOT / "data" / "traces" / "philly_2017-10-02_4w.csv.gz"
 
