@@ -23,7 +23,7 @@ from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.offers import CapacityType
 from provisioner.plan.catalog import Catalog
-from provisioner.plan.ranking import candidates_for
+from provisioner.plan.offers import offers_for
 
 if TYPE_CHECKING:
     from provisioner.bootstrap import Settings
@@ -176,7 +176,7 @@ def catalog_checks(policy: Policy, catalog: Catalog) -> list[Check]:
     caps = list(CapacityType)
     for pool in policy.pools:
         model = pool.gpu_model or policy.onprem.gpu_model
-        cands = candidates_for(
+        cands = offers_for(
             1, model, [pool], catalog, caps, policy.spot, policy.onprem.equivalent_gpu_models
         )
         name = f"catalog for pool {pool.name}"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from provisioner.act.ports import PoolSpec
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.offers import CapacityType, Offer
+from provisioner.plan.fallbacks import pool_capacities
 from provisioner.plan.matching import OfferRequest, offer_fits
 
 UserDataFn = Callable[[PoolSpec], str]
@@ -28,14 +29,6 @@ class NodeImages:
         if not image:
             raise KeyError(f"no node image configured for {cloud}/{region}")
         return image
-
-
-def pool_capacities(pool: PoolPolicy) -> tuple[CapacityType, ...]:
-    if pool.capacity == "spot":
-        return (CapacityType.SPOT,)
-    if pool.capacity == "on-demand":
-        return (CapacityType.ON_DEMAND,)
-    return (CapacityType.SPOT, CapacityType.ON_DEMAND)
 
 
 def spec_for_offer(

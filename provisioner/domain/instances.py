@@ -99,3 +99,20 @@ class CloudInstance:
     def timed_out(self, now_ts: float, timeouts: dict[InstanceState, float] | None = None) -> bool:
         limit = (timeouts or DEFAULT_STATE_TIMEOUTS_S).get(self.state)
         return limit is not None and now_ts - self.entered_state_ts > limit
+
+
+# On its way into Slurm: bought, but not yet a node that registered.
+IN_FLIGHT = (InstanceState.REQUESTED, InstanceState.ALLOCATED, InstanceState.JOINING)
+
+
+def join_timed_out(inst: CloudInstance, now_ts: float, join_timeout_s: float) -> bool:
+    """The one join-timeout rule: an instance still in flight `join_timeout_s` after its launch
+    did not join in time. The planner terminates it (JOIN_TIMEOUT) and sync fails a JOINING one;
+    both ask this."""
+    return inst.state in IN_FLIGHT and now_ts - inst.launched_ts > join_timeout_s
+
+
+def join_lease_s(join_timeout_s: float) -> float:
+    """The state lease of in-flight instances: a backstop at twice the join timeout, for when
+    the join-timeout rule cannot act (no fresh Slurm view)."""
+    return 2 * join_timeout_s

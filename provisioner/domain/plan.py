@@ -32,15 +32,27 @@ class ReasonCode(StrEnum):
     JOIN_TIMEOUT = "join_timeout"
 
 
+class Rejection(StrEnum):
+    """Why the planner passed over an offer it considered."""
+
+    COSTLIER = "costlier"  # a cheaper offer passed every guardrail
+    BACKOFF = "backoff"  # the offer is backed off after capacity errors
+    POOL_MAX = "pool_max"  # the pool is at its max size
+    PASS_MAX = "pass_max"  # the per-pass scale-up cap is reached
+    GLOBAL_BUDGET = "blocked_global_budget"  # the global $/h cap
+    TEAM_BUDGET = "blocked_team_budget"  # the team's monthly budget
+
+
 @dataclass(frozen=True, slots=True)
 class Alternative:
-    """An offer the planner considered for a decision, with its price and verdict."""
+    """An offer the planner considered for a decision, with its price and verdict (None for
+    the chosen offer and for one that is merely not needed)."""
 
     offer: OfferKey
     usd_per_hour: Decimal
     expected_cost_usd: Decimal
     chosen: bool = False
-    rejected_because: str = ""
+    rejected_because: Rejection | None = None
 
 
 # Decision.detail key: the predicted wait is only known to exceed `predicted_wait_s` (the
@@ -83,6 +95,9 @@ class ScaleUp:
     usd_per_hour_per_node: Decimal
     job_ids: tuple[str, ...]
     decision: Decision
+    # Offers to try, in order, when the chosen one has no capacity: costlier alternatives of
+    # the same pool and node shape that still fit the budget headroom (the planner's choice).
+    fallbacks: tuple[OfferKey, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,10 @@ from decimal import Decimal
 from typing import Any
 
 from provisioner.act.ports import PoolSpec
-from provisioner.act.specs import pool_capacities
 from provisioner.config.models import PoolPolicy
 from provisioner.domain.money import to_cents
 from provisioner.domain.offers import CapacityType, Offer
+from provisioner.plan.fallbacks import pool_capacities
 
 DEFAULT_EXPECTED_USE = Decimal("0.25")
 HOURS_PER_MONTH = Decimal("730")

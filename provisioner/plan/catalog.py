@@ -7,10 +7,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
 
 from provisioner.domain.errors import InputError
-from provisioner.domain.offers import CapacityType, Offer
+from provisioner.domain.offers import CapacityType, Offer, OfferKey
 
 REQUIRED_COLUMNS = (
     "cloud",
@@ -35,16 +34,18 @@ class Catalog:
     offers: tuple[Offer, ...]
     source: str = ""
     _by_model: dict[str, tuple[Offer, ...]] = field(default_factory=dict, compare=False)
-    # Memo of offer rankings, owned by the planner; keyed with id(policy), whose owners are kept
-    # alive here so an id is never reused while its entries exist.
-    memo: dict[tuple[object, ...], Any] = field(default_factory=dict, compare=False, repr=False)
-    memo_owners: dict[int, object] = field(default_factory=dict, compare=False, repr=False)
+    _by_type: dict[tuple[str, str, str], Offer] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         groups: dict[str, list[Offer]] = {}
         for o in self.offers:
             groups.setdefault(o.gpu_model.lower(), []).append(o)
+            self._by_type[(o.cloud, o.region, o.instance_type)] = o
         self._by_model.update({k: tuple(v) for k, v in groups.items()})
+
+    def get(self, key: OfferKey) -> Offer | None:
+        """The offer behind a key (any capacity type), or None."""
+        return self._by_type.get((key.cloud, key.region, key.instance_type))
 
     def __iter__(self) -> Iterator[Offer]:
         return iter(self.offers)

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from provisioner.config.models import Policy, PoolPolicy, WaitPolicy
-from provisioner.domain.instances import InstanceOrigin, InstanceState
+from provisioner.domain.instances import IN_FLIGHT, InstanceOrigin, InstanceState, join_timed_out
 from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
@@ -33,6 +33,7 @@ from provisioner.domain.plan import (
     Drain,
     Plan,
     ReasonCode,
+    Rejection,
     ScaleUp,
     Terminate,
     decision_id,
@@ -40,11 +41,17 @@ from provisioner.domain.plan import (
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.catalog import Catalog
+from provisioner.plan.fallbacks import fallback_offers
 from provisioner.plan.profile import INF, OnPremProfile, Placement
+from provisioner.plan.rank_cache import RankCache
 from provisioner.plan.ranking import Candidate, candidates_for, rank
 
 MAX_ALTERNATIVES = 5
-_IN_FLIGHT = (InstanceState.REQUESTED, InstanceState.ALLOCATED, InstanceState.JOINING)
+_BUDGET_REJECTION = {
+    ReasonCode.BLOCKED_GLOBAL_BUDGET: Rejection.GLOBAL_BUDGET,
+    ReasonCode.BLOCKED_TEAM_BUDGET: Rejection.TEAM_BUDGET,
+}
+_IN_FLIGHT = IN_FLIGHT
 
 
 def build_profile(snapshot: ClusterSnapshot, policy: Policy, now: float) -> OnPremProfile:
@@ -175,6 +182,7 @@ class _Planner:
         catalog: Catalog,
         backoff: Backoff,
         now: float,
+        ranks: RankCache | None = None,
     ) -> None:
         self.snap = snapshot
         self.policy = policy
@@ -188,10 +196,10 @@ class _Planner:
         # Jobs whose on-prem start is known only to lie beyond the search horizon (their
         # budget): their predicted wait is a lower bound, and decisions say so.
         self._beyond: set[str] = set()
-        # Rankings depend only on the catalog, the policy and the job's shape: memoised on the
-        # catalog so a simulator calling plan() per event does not rank offers again each time.
-        self._rank_cache = catalog.memo
-        self._keepalive = catalog.memo_owners
+        # Rankings depend only on the catalog, the policy and the job's shape: memoised in the
+        # caller's RankCache so a simulator calling plan() per event does not rank again.
+        cache = ranks if ranks is not None else RankCache(catalog, policy)
+        self._ranks = cache.for_inputs(catalog, policy)
         self._pools_of: dict[int, frozenset[str]] = {}
         self._full: dict[int, frozenset[str]] = {}
         self._pools_by_partition: dict[str, tuple[PoolPolicy, ...]] = {}
@@ -254,8 +262,8 @@ class _Planner:
     ) -> list[Candidate]:
         spot_ok = not (urgent or not wp.spot_allowed)
         bucket = int(math.log2(runtime + 1.0))
-        key = (id(self.policy), job.gpus, model, job.partition, spot_ok, bucket)
-        hit = self._rank_cache.get(key)
+        key = (job.gpus, model, job.partition, spot_ok, bucket)
+        hit = self._ranks.get(key)
         if hit is None:
             pools = self._pools_for(job)
             caps: tuple[CapacityType, ...] = (
@@ -273,8 +281,7 @@ class _Planner:
                 self.policy.onprem.equivalent_gpu_models,
             )
             hit = rank(cands, runtime, self.policy.spot)
-            self._rank_cache[key] = hit
-            self._keepalive[id(self.policy)] = self.policy
+            self._ranks.put(key, hit)
         return hit
 
     def _full_pools(self, ranked: Sequence[Candidate]) -> frozenset[str] | None:
@@ -534,7 +541,11 @@ class _Planner:
                 if group is None:
                     alts: list[Alternative] = [
                         Alternative(
-                            c.key, c.usd_hr, _usd(c.expected_cost(runtime, spot)), False, "pool_max"
+                            c.key,
+                            c.usd_hr,
+                            _usd(c.expected_cost(runtime, spot)),
+                            False,
+                            Rejection.POOL_MAX,
                         )
                         for c in ranked[:MAX_ALTERNATIVES]
                     ]
@@ -559,7 +570,7 @@ class _Planner:
                 if len(alts) >= MAX_ALTERNATIVES:
                     break
                 more = _usd(cand.expected_cost(runtime, spot))
-                alts.append(Alternative(cand.key, cand.usd_hr, more, False, "costlier"))
+                alts.append(Alternative(cand.key, cand.usd_hr, more, False, Rejection.COSTLIER))
             expected = _usd(chosen.expected_cost(runtime, spot))
             self.budget.spend(chosen.usd_hr, team, expected)
             self.pool_nodes[chosen.pool] = self.pool_nodes.get(chosen.pool, 0) + chosen.nodes
@@ -628,8 +639,23 @@ class _Planner:
                     usd_per_hour_per_node=g.cand.usd_hr_per_node,
                     job_ids=tuple(g.job_ids),
                     decision=d,
+                    fallbacks=self._fallbacks(d, g.cand, g.nodes),
                 )
             )
+
+    def _fallbacks(self, d: Decision, chosen: Candidate, nodes: int) -> tuple[OfferKey, ...]:
+        """What the actuator may try after `chosen`, in order; backed-off offers are left out
+        (the actuator skips them too, should one be backed off by the time it acts)."""
+        keys = fallback_offers(
+            d,
+            self.policy.pool(chosen.pool),
+            chosen.key,
+            chosen.gpus_per_node,
+            nodes,
+            self.catalog,
+            self.policy.onprem.equivalent_gpu_models,
+        )
+        return tuple(k for k in keys if not self.backoff.blocked(k, self.now))
 
     def _first_allowed(
         self, ranked: Sequence[Candidate], team: str, runtime: float, planned_nodes: int
@@ -643,22 +669,22 @@ class _Planner:
         spot = self.policy.spot
         cap_nodes = self.policy.guardrails.max_scale_up_nodes_per_pass
         for cand in ranked:
-            why = ""
+            why: Rejection | None = None
             expected: Decimal | None = None
             if self.backoff.blocked(cand.key, self.now):
-                why, code = "backoff", ReasonCode.BLOCKED_BACKOFF
+                why, code = Rejection.BACKOFF, ReasonCode.BLOCKED_BACKOFF
             elif (
                 self.pool_nodes.get(cand.pool, 0) + cand.nodes
                 > self.policy.pool(cand.pool).max_nodes
             ):
-                why, code = "pool_max", ReasonCode.BLOCKED_POOL_MAX
+                why, code = Rejection.POOL_MAX, ReasonCode.BLOCKED_POOL_MAX
             elif planned_nodes + cand.nodes > cap_nodes:
-                why, code = "pass_max", ReasonCode.BLOCKED_POOL_MAX
+                why, code = Rejection.PASS_MAX, ReasonCode.BLOCKED_POOL_MAX
             else:
                 expected = _usd(cand.expected_cost(runtime, spot))
                 verdict = self.budget.allows(cand.usd_hr, team, expected)
                 if verdict is not None:
-                    why, code = verdict.value, verdict
+                    why, code = _BUDGET_REJECTION[verdict], verdict
             if why:
                 blocked = blocked or code
                 if len(alts) < MAX_ALTERNATIVES:
@@ -763,6 +789,7 @@ class _Planner:
                     usd_per_hour_per_node=chosen.usd_hr_per_node,
                     job_ids=job_ids,
                     decision=d,
+                    fallbacks=self._fallbacks(d, chosen, 1),
                 )
             )
 
@@ -800,7 +827,7 @@ class _Planner:
             )
             self.actions.append(Drain(node.name, node.instance_id, node.pool, d))
         for inst in self.snap.instances:
-            if inst.state in _IN_FLIGHT and now - inst.launched_ts > guard.join_timeout_s:
+            if join_timed_out(inst, now, guard.join_timeout_s):
                 d = self._decide(
                     ReasonCode.JOIN_TIMEOUT,
                     (),
@@ -817,10 +844,12 @@ def plan(
     now: float,
     *,
     onprem: OnPremProfile | None = None,
+    ranks: RankCache | None = None,
 ) -> Plan:
-    """Plan one pass. Pure: reads only its arguments and never mutates them.
+    """Plan one pass. Pure: reads only its arguments and never mutates them, but for `ranks`,
+    a memo of offer rankings the caller keeps across passes (see `RankCache`).
 
     `onprem` lets the simulator pass the slot profile it maintains incrementally instead of
     rebuilding it from the snapshot's running jobs on every event; it is copied, never changed.
     """
-    return _Planner(snapshot, policy, catalog, backoff, now).run(onprem)
+    return _Planner(snapshot, policy, catalog, backoff, now, ranks).run(onprem)

@@ -15,7 +15,6 @@ from typing import Any
 from provisioner.act.actuator import scale_up_with_fallback, terminate_instance
 from provisioner.act.backoff_feed import BackoffSettings
 from provisioner.act.ports import OwnedInstance, PoolSpec, request_token
-from provisioner.act.specs import pool_capacities
 from provisioner.config.models import PoolPolicy
 from provisioner.domain.errors import CloudError, ProvisionerError
 from provisioner.domain.instances import CloudInstance, InstanceState
@@ -23,8 +22,6 @@ from provisioner.domain.offers import OfferKey
 from provisioner.domain.plan import Decision, Drain, Plan, ReasonCode, ScaleUp, decision_id
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
-from provisioner.plan.matching import offer_fits
-from provisioner.plan.ranking import pool_request
 from provisioner.reconcile.context import (
     STEP_DRAIN_AFTER_SLURM,
     STEP_SCALE_UP_AFTER_CLOUD,
@@ -223,34 +220,11 @@ class Actuator:
             self._kill(k, t.decision.decision_id, now, report)
 
     def _fallback_specs(self, su: ScaleUp, pool: PoolPolicy) -> list[PoolSpec]:
-        """The chosen offer, then the costlier ones the planner listed that the same pool allows,
-        with the same node shape and within the budget headroom left after the chosen one."""
-        d = su.decision
-        chosen = next((a for a in d.alternatives if a.chosen), None)
-        keys: list[OfferKey] = [su.offer]
-        allowed_caps = set(pool_capacities(pool))
-        req = pool_request(pool, su.gpus_per_node, self.policy.onprem.equivalent_gpu_models)
-        for a in d.alternatives:
-            if a.chosen or a.rejected_because not in ("", "costlier") or a.offer in keys:
-                continue
-            if a.offer.cloud != pool.cloud or a.offer.capacity not in allowed_caps:
-                continue
-            offer = self.ctx.offer(a.offer)
-            if offer is None or offer.whole_gpus != su.gpus_per_node:
-                continue
-            if not offer_fits(offer, req, a.offer.capacity):
-                continue
-            if chosen is not None:
-                extra_hr = (a.usd_per_hour - chosen.usd_per_hour) * su.nodes
-                if d.global_headroom_usd_hr is not None and extra_hr > d.global_headroom_usd_hr:
-                    continue
-                extra = a.expected_cost_usd - chosen.expected_cost_usd
-                if d.team_headroom_usd is not None and extra > d.team_headroom_usd:
-                    continue
-            keys.append(a.offer)
+        """The chosen offer, then the fallbacks the planner chose, as pool specs."""
+        keys: list[OfferKey] = [su.offer, *su.fallbacks]
         specs = []
         for key in keys:
-            spec = self.ctx.spec(pool, key, d.decision_id)
+            spec = self.ctx.spec(pool, key, su.decision.decision_id)
             if spec is not None:
                 specs.append(spec)
         return specs

@@ -36,12 +36,13 @@ from typing import Any
 
 from provisioner.account.ledger import Accountant
 from provisioner.act.backoff_feed import BackoffSettings
-from provisioner.domain.instances import DEFAULT_STATE_TIMEOUTS_S, InstanceState
+from provisioner.domain.instances import DEFAULT_STATE_TIMEOUTS_S, InstanceState, join_lease_s
 from provisioner.domain.plan import Decision, Plan, ReasonCode
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.gpu_view import planning_view
 from provisioner.plan.planner import plan as make_plan
+from provisioner.plan.rank_cache import RankCache
 from provisioner.reconcile.accounting_step import AccountingStep
 from provisioner.reconcile.actuation import Actuator
 from provisioner.reconcile.context import (
@@ -112,6 +113,8 @@ class Reconciler:
         self.store = deps.store
         self.policy = deps.policy
         self.catalog = deps.catalog
+        # Offer rankings kept across passes while the catalog and effective policy stay the same.
+        self.ranks = RankCache(deps.catalog, deps.policy)
         self.config = deps.config
         self.controller = deps.policy.controller
         self.settings = BackoffSettings.from_guardrails(deps.policy.guardrails)
@@ -152,7 +155,7 @@ class Reconciler:
     def _timeouts(self) -> dict[InstanceState, float]:
         t = dict(DEFAULT_STATE_TIMEOUTS_S)
         # The loop handles join failures itself (marking the node failed); the lease is a backstop.
-        lease = 2 * self.policy.guardrails.join_timeout_s
+        lease = join_lease_s(self.policy.guardrails.join_timeout_s)
         for st in (S.REQUESTED, S.ALLOCATED, S.JOINING):
             t[st] = max(t[st], lease)
         return t
@@ -209,7 +212,8 @@ class Reconciler:
         view = enrich(self.ctx, snap, now, owned)
         policy = self.effective_policy.current()
         planned = planning_view(self.runtimes.annotate(view), policy)
-        plan = make_plan(planned, policy, self.catalog, self.backoff, now)
+        self.ranks = self.ranks.for_inputs(self.catalog, policy)
+        plan = make_plan(planned, policy, self.catalog, self.backoff, now, ranks=self.ranks)
         report.decisions = len(plan.decisions)
         report.decisions_recorded = self._record_decisions(plan, now)
         if not view.stale:
@@ -264,7 +268,8 @@ class Reconciler:
         now = self.ctx.now()
         snap = self.last_snapshot or ClusterSnapshot(taken_ts=now)
         policy = self.effective_policy.current()
-        return make_plan(planning_view(snap, policy), policy, self.catalog, self.backoff, now)
+        view = planning_view(snap, policy)
+        return make_plan(view, policy, self.catalog, self.backoff, now, ranks=self.ranks)
 
     def status(self) -> dict[str, Any]:
         r = self.last_report

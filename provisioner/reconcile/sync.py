@@ -62,7 +62,13 @@ from provisioner.act.ports import (
     OwnedInstance,
 )
 from provisioner.act.sweep import SweepReason, plan_sweep
-from provisioner.domain.instances import CloudInstance, InstanceOrigin, InstanceState, Transition
+from provisioner.domain.instances import (
+    CloudInstance,
+    InstanceOrigin,
+    InstanceState,
+    Transition,
+    join_timed_out,
+)
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, Offer, OfferKey
 from provisioner.domain.snapshot import ClusterSnapshot
@@ -372,7 +378,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
                 kill(inst, f"{node_name} went down before joining", fail=True, join=True)
             elif node is not None and node.state in POWERED_OFF:
                 kill(inst, f"slurm gave up on {node_name} before it joined", join=True)
-            elif now - inst.entered_state_ts > inp.join_timeout_s:
+            elif join_timed_out(inst, now, inp.join_timeout_s):
                 kill(
                     inst,
                     f"{node_name} did not join in {inp.join_timeout_s:g} s",

@@ -35,9 +35,10 @@ from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.catalog import Catalog
 from provisioner.plan.history import RuntimeHistory
+from provisioner.plan.offers import Candidate, ranked_offers
 from provisioner.plan.planner import hedge_fraction, plan
 from provisioner.plan.profile import OnPremProfile, Placement
-from provisioner.plan.ranking import Candidate, candidates_for, rank
+from provisioner.plan.rank_cache import RankCache
 from provisioner.simulate.trace import TraceJob
 
 Estimate = Literal["exact", "none", "history"]
@@ -263,6 +264,7 @@ class Simulation:
         self._seq = 0
         self._trimmed = 0.0
         self._rank_memo: dict[tuple[int, bool, int], list[Candidate]] = {}
+        self._ranks = RankCache(self.catalog, self.policy)  # the planner's, kept across events
         self._cand_memo: dict[tuple[str, object, int], Candidate] = {}
         wp = self.policy.waiting.for_job("onprem", "")
         self._wp = wp
@@ -288,17 +290,14 @@ class Simulation:
                 if spot_ok
                 else (CapacityType.ON_DEMAND,)
             )
-            hit = rank(
-                candidates_for(
-                    gpus,
-                    self.policy.onprem.gpu_model,
-                    self.policy.pools,
-                    self.catalog,
-                    caps,
-                    self.policy.spot,
-                ),
-                runtime,
+            hit = ranked_offers(
+                gpus,
+                self.policy.onprem.gpu_model,
+                self.policy.pools,
+                self.catalog,
+                caps,
                 self.policy.spot,
+                runtime,
             )
             self._rank_memo[key] = hit
         return hit
@@ -465,7 +464,9 @@ class Simulation:
                 taken_ts=now,
                 jobs=tuple(self._job(i, told[i]) for i in rest),
             )
-            result = plan(snap, self.policy, self.catalog, Backoff(), now, onprem=view)
+            result = plan(
+                snap, self.policy, self.catalog, Backoff(), now, onprem=view, ranks=self._ranks
+            )
             for action in result.scale_ups:
                 idxs = [int(j) for j in action.job_ids]
                 burst.update(idxs)

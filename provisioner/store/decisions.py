@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from provisioner.domain.offers import OfferKey
-from provisioner.domain.plan import Alternative, Decision, ReasonCode
+from provisioner.domain.plan import Alternative, Decision, ReasonCode, Rejection
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import DecisionRow
 from provisioner.store.records import StoredDecision
@@ -94,7 +94,7 @@ def _fill_decision(row: DecisionRow, d: Decision) -> None:
             "usd_per_hour": str(a.usd_per_hour),
             "expected_cost_usd": str(a.expected_cost_usd),
             "chosen": a.chosen,
-            "rejected_because": a.rejected_because,
+            "rejected_because": a.rejected_because.value if a.rejected_because else "",
         }
         for a in d.alternatives
     ]
@@ -104,6 +104,14 @@ def _fill_decision(row: DecisionRow, d: Decision) -> None:
     row.global_headroom_usd_hr = d.global_headroom_usd_hr
     row.team_headroom_usd = d.team_headroom_usd
     row.detail = {str(k): str(v) for k, v in d.detail.items()}
+
+
+def _rejection(value: object) -> Rejection | None:
+    """The stored verdict; none for the chosen offer, and for a verdict a newer planner wrote."""
+    try:
+        return Rejection(str(value)) if value else None
+    except ValueError:
+        return None
 
 
 def _decision(r: DecisionRow) -> StoredDecision:
@@ -117,7 +125,7 @@ def _decision(r: DecisionRow) -> StoredDecision:
             usd_per_hour=Decimal(a["usd_per_hour"]),
             expected_cost_usd=Decimal(a["expected_cost_usd"]),
             chosen=bool(a.get("chosen", False)),
-            rejected_because=str(a.get("rejected_because", "")),
+            rejected_because=_rejection(a.get("rejected_because")),
         )
         for a in (r.alternatives or [])
     )

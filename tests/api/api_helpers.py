@@ -17,7 +17,7 @@ from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
-from provisioner.domain.plan import Alternative, Decision, Plan, ReasonCode, ScaleUp
+from provisioner.domain.plan import Alternative, Decision, Plan, ReasonCode, Rejection, ScaleUp
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.store import JobUsage, Store
 
@@ -48,7 +48,9 @@ def decision(i: int = 1) -> Decision:
         chosen=OFFER,
         alternatives=(
             Alternative(OFFER, Decimal("9.83"), Decimal("19.66"), chosen=True),
-            Alternative(OTHER, Decimal("29.39"), Decimal("58.78"), rejected_because="dearer"),
+            Alternative(
+                OTHER, Decimal("29.39"), Decimal("58.78"), rejected_because=Rejection.COSTLIER
+            ),
         ),
         predicted_wait_s=7200.0,
         wait_budget_s=1800.0,

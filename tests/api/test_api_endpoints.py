@@ -53,7 +53,7 @@ def test_decisions_with_alternatives_reasons_and_review(env):
         "aws/us-east-1/p4d.24xlarge/spot",
         "gcp/us-central1/a2-highgpu-8g/on-demand",
     ]
-    assert d["alternatives"][1]["rejected_because"] == "dearer"
+    assert d["alternatives"][1]["rejected_because"] == "costlier"
     assert d["iac_review"]["body"].startswith("+ aws:autoscaling")
     assert d["created_at"] == "2026-01-10T22:53:20Z"
     assert env.client.get("/v1/decisions?reason=burst_urgent", headers=env.h("viewer")).json() == []

@@ -418,30 +418,3 @@ def test_local_cloud_handler(tmp_path: Path) -> None:
         "failed n-2: burst node did not join (ResumeTimeout)",
     ]
     assert h.failed == [("n-2", ("7",))]
-
-
-# --------------------------------------------------------------------------- joins
-
-
-def test_check_joins() -> None:
-    from provisioner.domain.nodes import Node, NodeKind, NodeState
-    from provisioner.domain.snapshot import ClusterSnapshot
-    from provisioner.register.joins import check_joins
-
-    def n(name: str, state: NodeState) -> Node:
-        return Node(name, NodeKind.BURST, 8, state=state)
-
-    snap = ClusterSnapshot(
-        taken_ts=100.0,
-        nodes=(
-            n("c-1", NodeState.IDLE),
-            n("c-2", NodeState.POWERING_UP),
-            n("c-3", NodeState.POWERING_UP),
-            n("c-4", NodeState.DOWN),
-        ),
-    )
-    since = {"c-1": 0.0, "c-2": 90.0, "c-3": 0.0, "c-4": 95.0}
-    rep = check_joins(snap, since, now_ts=100.0, join_timeout_s=60)
-    assert (rep.joined, rep.waiting, rep.timed_out) == (("c-1",), ("c-2",), ("c-3", "c-4"))
-    stale = check_joins(snap.mark_stale("x"), since, now_ts=100.0, join_timeout_s=60)
-    assert stale.timed_out == () and stale.waiting == ("c-2", "c-3", "c-4")

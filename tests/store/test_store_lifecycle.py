@@ -11,7 +11,7 @@ from provisioner.config.models import Budgets, PoolPolicy, TeamBudget
 from provisioner.domain.instances import IllegalTransition, InstanceState
 from provisioner.domain.nodes import GpuSample
 from provisioner.domain.offers import CapacityType, OfferKey
-from provisioner.domain.plan import Alternative, Decision, ReasonCode
+from provisioner.domain.plan import Alternative, Decision, ReasonCode, Rejection
 from provisioner.store import JobUsage, NotFound, TokenRecord
 
 S = InstanceState
@@ -86,7 +86,9 @@ def test_decisions_round_trip_with_alternatives_and_iac_review(store):
         chosen=chosen,
         alternatives=(
             Alternative(chosen, Decimal("12.5"), Decimal("25.0"), chosen=True),
-            Alternative(other, Decimal("29.4"), Decimal("58.8"), rejected_because="dearer"),
+            Alternative(
+                other, Decimal("29.4"), Decimal("58.8"), rejected_because=Rejection.COSTLIER
+            ),
         ),
         predicted_wait_s=7200.0,
         wait_budget_s=1800.0,
