@@ -65,6 +65,7 @@ simulate: venv
 PG_DIR ?= $(CURDIR)/.pg
 PG_URL = $$(cat $(PG_DIR)/url)
 test: venv focus-venv browser-deps slurm-up pg-up
+	$(BIN)/lint-imports
 	REQUIRE_FOCUS_VALIDATOR=1 REQUIRE_POSTGRES=1 PROVISIONER_TEST_DATABASE_URL=$(PG_URL) \
 	    $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
@@ -88,7 +89,10 @@ test-unit: venv
 test-browser: venv focus-venv browser-deps
 	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q -m browser $(PYTEST_ARGS)
 
+# The import contracts (layers, account without SQL, one decider, the agent alone) are in
+# pyproject.toml; `make test` checks them too, so CI does.
 lint: venv
+	$(BIN)/lint-imports
 	$(BIN)/ruff check provisioner tests bench infra policies
 	$(BIN)/ruff format --check provisioner tests bench infra policies
 	$(BIN)/mypy provisioner
