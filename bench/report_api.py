@@ -42,7 +42,8 @@ from sqlalchemy import func, select  # noqa: E402
 
 from provisioner.account.focus import iter_focus_csv  # noqa: E402
 from provisioner.api.auth import Role, create_token  # noqa: E402
-from provisioner.store import LedgerEntry, Store  # noqa: E402
+from provisioner.domain.records import LedgerEntry  # noqa: E402
+from provisioner.store import Store  # noqa: E402
 from provisioner.store.models import LedgerRow, RollupRow  # noqa: E402
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

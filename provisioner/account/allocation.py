@@ -16,7 +16,7 @@ from typing import TypedDict
 
 from provisioner.account.billing import unused_kind
 from provisioner.domain.money import MICRO, cost_for_seconds
-from provisioner.store import JobUsage, LedgerEntry, StoredInstance
+from provisioner.domain.records import JobUsage, LedgerEntry, StoredInstance
 
 HOUR = Decimal(3600)
 

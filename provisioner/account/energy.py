@@ -37,14 +37,9 @@ from provisioner.account.billing import MAX_TS, day_windows, month_start
 from provisioner.account.pricing import energy_usd_per_kwh
 from provisioner.config.models import Policy
 from provisioner.domain.nodes import GpuSample
+from provisioner.domain.records import EnergyMark, LedgerEntry, NodeTelemetry
 from provisioner.domain.telemetry import energy_cost_usd, gpu_energy_kwh
-from provisioner.store import (
-    ConcurrentUpdate,
-    EnergyMark,
-    LedgerEntry,
-    NodeTelemetry,
-    Store,
-)
+from provisioner.store import ConcurrentUpdate, Store
 
 DEFAULT_MAX_POWER_GAP_S = 3600.0
 # A month's books close once the new month is this old: energy windows starting before then

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from provisioner.config.models import Policy
 from provisioner.domain.money import MICRO, cost_for_seconds
 from provisioner.domain.nodes import NodeKind
+from provisioner.domain.records import JobUsage, StoredPayload
 from provisioner.domain.telemetry import (
     DEFAULT_MAX_AGE_S,
     GpuAlert,
@@ -25,7 +26,7 @@ from provisioner.domain.telemetry import (
     gpu_idle,
     health_alerts,
 )
-from provisioner.store import JobUsage, Store, StoredPayload
+from provisioner.store import Store
 
 log = logging.getLogger("provisioner.observe.gpu_load")
 

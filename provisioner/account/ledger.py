@@ -28,7 +28,8 @@ from provisioner.account.billing import (
 )
 from provisioner.account.pricing import energy_usd_per_kwh, onprem_usd_per_gpu_hour
 from provisioner.config.models import Policy
-from provisioner.store import BillingMark, LedgerEntry, Store, StoredInstance
+from provisioner.domain.records import BillingMark, LedgerEntry, StoredInstance
+from provisioner.store import Store
 
 
 @dataclass(frozen=True, slots=True)

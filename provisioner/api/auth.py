@@ -18,7 +18,8 @@ import secrets
 from dataclasses import dataclass
 from enum import IntEnum
 
-from provisioner.store import Store, TokenRecord
+from provisioner.domain.records import TokenRecord
+from provisioner.store import Store
 
 PREFIX = "pbt"
 _TOKEN_RE = re.compile(r"^pbt_([0-9a-f]{12})_([A-Za-z0-9_-]{20,128})$")

@@ -11,8 +11,7 @@ from typing import Any
 from provisioner.account.budgets import BudgetStatus
 from provisioner.account.reports import CostReport
 from provisioner.domain.plan import Plan
-from provisioner.plan.explain import decision_to_dict, plan_to_dict
-from provisioner.store import (
+from provisioner.domain.records import (
     Intent,
     NodeTelemetry,
     OperatorState,
@@ -20,6 +19,7 @@ from provisioner.store import (
     StoredDecision,
     StoredInstance,
 )
+from provisioner.plan.explain import decision_to_dict, plan_to_dict
 
 
 def iso(ts: float | None) -> str | None:

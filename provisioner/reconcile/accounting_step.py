@@ -10,10 +10,11 @@ from provisioner.account.energy import bill_energy
 from provisioner.account.ledger import Accountant, AccountingResult
 from provisioner.config.models import Policy
 from provisioner.domain.nodes import NodeKind, NodeState
+from provisioner.domain.records import JobUsage
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.observe.slurm.usage import UsageRecord, UsageTracker
 from provisioner.reconcile.context import PassReport
-from provisioner.store import JobUsage, Store
+from provisioner.store import Store
 
 PRUNE_EVERY_S = 3600.0
 

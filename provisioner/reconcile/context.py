@@ -19,11 +19,12 @@ from provisioner.act.specs import NodeImages, UserDataFn, spec_for_offer
 from provisioner.clock import Clock
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.offers import Offer, OfferKey
+from provisioner.domain.records import StoredInstance
 from provisioner.observe.slurm.observer import SlurmObserver
 from provisioner.plan.catalog import Catalog
 from provisioner.reconcile.ports import JobControl, NodeControl, NodeLauncher
 from provisioner.register.power_queue import PowerRequestQueue
-from provisioner.store import Store, StoredInstance
+from provisioner.store import Store
 
 # Where a crash matters; `hook(step)` is called at each (tests raise or SIGKILL there).
 STEP_SCALE_UP_AFTER_INTENT = "scale_up.after_intent"

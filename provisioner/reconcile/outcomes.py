@@ -16,8 +16,8 @@ from provisioner.domain.errors import (
     TransientError,
 )
 from provisioner.domain.offers import OfferKey
+from provisioner.domain.records import Intent
 from provisioner.plan.backoff import Backoff
-from provisioner.store import Intent
 
 _CATEGORIES: tuple[tuple[type[CloudError], str], ...] = (
     (CapacityError, "capacity"),

@@ -13,10 +13,10 @@ from provisioner.act.actuator import terminate_instance
 from provisioner.act.ports import CloudState, OwnedInstance
 from provisioner.domain.errors import CloudError
 from provisioner.domain.offers import OfferKey
+from provisioner.domain.records import Intent
 from provisioner.reconcile.actuation import terminating_moves
 from provisioner.reconcile.context import PassContext, PassReport
 from provisioner.reconcile.outcomes import error_code
-from provisioner.store import Intent
 
 log = logging.getLogger("provisioner.loop")
 

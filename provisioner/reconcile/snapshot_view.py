@@ -22,6 +22,7 @@ from provisioner.domain.errors import CloudError, ProvisionerError
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.nodes import GpuSample, NodeKind
 from provisioner.domain.offers import OfferKey
+from provisioner.domain.records import StoredInstance
 from provisioner.domain.snapshot import ClusterSnapshot, SpendState
 from provisioner.domain.telemetry import DEFAULT_MAX_AGE_S, fresh
 from provisioner.observe.slurm.observer import SlurmObserver, observe_or_stale
@@ -29,7 +30,7 @@ from provisioner.plan.gpu_view import attach_gpu_load
 from provisioner.reconcile.context import PassContext, PassReport
 from provisioner.reconcile.outcomes import error_code
 from provisioner.reconcile.sync import orphan_record
-from provisioner.store import Store, StoredInstance
+from provisioner.store import Store
 
 log = logging.getLogger("provisioner.loop")
 

@@ -71,8 +71,8 @@ from provisioner.domain.instances import (
 )
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, Offer, OfferKey
+from provisioner.domain.records import Intent, StoredInstance
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.store import Intent, StoredInstance
 
 S = InstanceState
 JOINED = frozenset(

@@ -9,68 +9,28 @@ Intent first: `record_intent` before a cloud call (with the idempotency token th
 have happened; the loop finds out from the cloud (by tag/token) and confirms or fails each one.
 """
 
-from provisioner.domain.money import MICRO
 from provisioner.store.decisions import DecisionStore
 from provisioner.store.engine import DEFAULT_URL, StoreBase, make_engine
 from provisioner.store.instances import InstanceStore
 from provisioner.store.lease import Lease, LeaseStore
 from provisioner.store.ledger import LedgerStore
 from provisioner.store.policy import PolicyStore
-from provisioner.store.records import (
-    BillingMark,
-    BudgetRecord,
-    ConcurrentUpdate,
-    EnergyMark,
-    Fence,
-    FencedOut,
-    Intent,
-    JobUsage,
-    LedgerEntry,
-    NodeTelemetry,
-    NotFound,
-    OperatorState,
-    PoolInfo,
-    StoredDecision,
-    StoredInstance,
-    StoredPayload,
-    StoreError,
-    TokenRecord,
-    day_of,
-    from_micros,
-    to_micros,
-)
+from provisioner.store.records import ConcurrentUpdate, Fence, FencedOut, NotFound, StoreError
 from provisioner.store.runtime import RuntimeHistoryStore
 from provisioner.store.telemetry import TelemetryStore
 from provisioner.store.tokens import TokenStore
 
 __all__ = [
     "DEFAULT_URL",
-    "MICRO",
-    "BillingMark",
-    "BudgetRecord",
     "ConcurrentUpdate",
-    "EnergyMark",
     "Fence",
     "FencedOut",
-    "Intent",
-    "JobUsage",
     "Lease",
-    "LedgerEntry",
-    "NodeTelemetry",
     "NotFound",
-    "OperatorState",
-    "PoolInfo",
     "Store",
     "StoreBase",
     "StoreError",
-    "StoredDecision",
-    "StoredInstance",
-    "StoredPayload",
-    "TokenRecord",
-    "day_of",
-    "from_micros",
     "make_engine",
-    "to_micros",
 ]
 
 

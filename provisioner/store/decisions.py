@@ -11,9 +11,9 @@ from sqlalchemy import func, select
 
 from provisioner.domain.offers import OfferKey
 from provisioner.domain.plan import Alternative, Decision, ReasonCode, Rejection
+from provisioner.domain.records import StoredDecision
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import DecisionRow
-from provisioner.store.records import StoredDecision
 
 
 class DecisionStore(StoreBase):

@@ -18,9 +18,10 @@ from provisioner.domain.instances import (
     Transition,
 )
 from provisioner.domain.offers import CapacityType, OfferKey
+from provisioner.domain.records import Intent, StoredInstance
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import InstanceRow, InstanceTransitionRow, IntentRow
-from provisioner.store.records import Intent, NotFound, StoredInstance, StoreError
+from provisioner.store.records import NotFound, StoreError
 
 
 class InstanceStore(StoreBase):

@@ -11,6 +11,14 @@ from sqlalchemy import ColumnElement, Select, func, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from provisioner.domain.records import (
+    BillingMark,
+    JobUsage,
+    LedgerEntry,
+    day_of,
+    from_micros,
+    to_micros,
+)
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import (
     GRAINS,
@@ -20,18 +28,7 @@ from provisioner.store.models import (
     LedgerRow,
     RollupRow,
 )
-from provisioner.store.records import (
-    BillingMark,
-    ConcurrentUpdate,
-    JobUsage,
-    LedgerEntry,
-    NotFound,
-    StoreError,
-    _table,
-    day_of,
-    from_micros,
-    to_micros,
-)
+from provisioner.store.records import ConcurrentUpdate, NotFound, StoreError, _table
 
 # One ledger row never holds more than $10M (or a unit price over that). Costs are summed as
 # 64-bit integer micro-dollars; with this bound it takes 900,000 maximal rows in one day and

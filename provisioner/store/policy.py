@@ -8,9 +8,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from provisioner.config.models import Budgets, PoolPolicy
+from provisioner.domain.records import BudgetRecord, OperatorState, PoolInfo
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import BudgetRow, OperatorStateRow, PoolRow
-from provisioner.store.records import BudgetRecord, OperatorState, PoolInfo, _table
+from provisioner.store.records import _table
 
 
 class PolicyStore(StoreBase):

@@ -9,15 +9,10 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from provisioner.domain.nodes import GpuSample
+from provisioner.domain.records import EnergyMark, LedgerEntry, NodeTelemetry, StoredPayload
 from provisioner.store.ledger import LedgerStore
 from provisioner.store.models import EnergyMarkRow, TelemetryPayloadRow, TelemetryRow
-from provisioner.store.records import (
-    ConcurrentUpdate,
-    EnergyMark,
-    LedgerEntry,
-    NodeTelemetry,
-    StoredPayload,
-)
+from provisioner.store.records import ConcurrentUpdate
 
 
 class TelemetryStore(LedgerStore):

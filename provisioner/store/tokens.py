@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
+from provisioner.domain.records import TokenRecord
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import ApiTokenRow
-from provisioner.store.records import TokenRecord
 
 
 class TokenStore(StoreBase):

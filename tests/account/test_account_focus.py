@@ -24,7 +24,7 @@ from provisioner.account.focus import (
 )
 from provisioner.account.ledger import Accountant
 from provisioner.domain.offers import CapacityType
-from provisioner.store import JobUsage
+from provisioner.domain.records import JobUsage
 
 MANDATORY_1_2 = [
     "BilledCost",

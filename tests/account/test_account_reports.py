@@ -19,7 +19,8 @@ from provisioner.account.reports import (
     parse_group_by,
     report_to_csv,
 )
-from provisioner.store import LedgerEntry, Store
+from provisioner.domain.records import LedgerEntry
+from provisioner.store import Store
 from provisioner.store.ledger import pick_grain
 from provisioner.store.models import GRAINS
 

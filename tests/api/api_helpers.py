@@ -18,8 +18,9 @@ from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Alternative, Decision, Plan, ReasonCode, Rejection, ScaleUp
+from provisioner.domain.records import JobUsage
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.store import JobUsage, Store
+from provisioner.store import Store
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 NOW = T0 + 10 * 86_400.0

@@ -24,8 +24,9 @@ from provisioner.config.models import (
 )
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.offers import CapacityType, OfferKey
+from provisioner.domain.records import JobUsage
 from provisioner.domain.telemetry import GpuReading, GpuTelemetry, JobGpu
-from provisioner.store import JobUsage, Store
+from provisioner.store import Store
 
 T0 = 1_768_046_400.0  # 2026-01-10T12:00:00Z
 OFFER = OfferKey("aws", "us-east-1", "p4d.24xlarge", CapacityType.ON_DEMAND)

@@ -12,7 +12,8 @@ from nvml_ctl_helpers import T0, make_env, make_policy
 from provisioner.account.billing import day_windows, month_start
 from provisioner.account.energy import bill_energy
 from provisioner.domain.nodes import GpuSample
-from provisioner.store import LedgerEntry, Store, StoreError
+from provisioner.domain.records import LedgerEntry
+from provisioner.store import Store, StoreError
 
 pytestmark = pytest.mark.nvml
 

@@ -12,7 +12,8 @@ from sqlalchemy import inspect
 from provisioner.account.energy import bill_energy
 from provisioner.account.ledger import Accountant
 from provisioner.domain.nodes import GpuSample
-from provisioner.store import ConcurrentUpdate, EnergyMark, Store, make_engine, migrations
+from provisioner.domain.records import EnergyMark
+from provisioner.store import ConcurrentUpdate, Store, make_engine, migrations
 
 pytestmark = pytest.mark.nvml
 

@@ -13,9 +13,9 @@ from provisioner.domain.instances import CloudInstance, InstanceOrigin, Instance
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, Offer
+from provisioner.domain.records import StoredInstance
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.reconcile.sync import SyncInput, SyncPlan, plan_sync
-from provisioner.store import StoredInstance
 
 S = InstanceState
 NOW = 1_767_225_600.0

@@ -8,10 +8,10 @@ from provisioner.act.ports import CloudState, OwnedInstance
 from provisioner.domain.instances import CloudInstance, InstanceState, Transition
 from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
+from provisioner.domain.records import Intent, StoredInstance
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.reconcile.loop import error_code, rebuild_backoff
 from provisioner.reconcile.sync import SyncInput, plan_sync
-from provisioner.store import Intent, StoredInstance
 
 S = InstanceState
 NOW = 1_767_225_600.0

@@ -12,14 +12,8 @@ from sqlalchemy import func, select
 from store_helpers import T0, make_instance
 
 from provisioner.domain.instances import InstanceState
-from provisioner.store import (
-    BillingMark,
-    ConcurrentUpdate,
-    LedgerEntry,
-    NotFound,
-    Store,
-    StoreError,
-)
+from provisioner.domain.records import BillingMark, LedgerEntry
+from provisioner.store import ConcurrentUpdate, NotFound, Store, StoreError
 from provisioner.store.models import InstanceRow, InstanceTransitionRow, LedgerRow, RollupRow
 
 
@@ -112,7 +106,8 @@ def test_crash_inside_a_ledger_transaction_writes_nothing(db_url):
         f"""
         import os
         from decimal import Decimal
-        from provisioner.store import Store, LedgerEntry
+        from provisioner.store import Store
+        from provisioner.domain.records import LedgerEntry
         s = Store({db_url!r})
         rows = [LedgerEntry({T0} + i, {T0} + i + 1, "job", Decimal("0.01"), team="t")
                 for i in range(100)]

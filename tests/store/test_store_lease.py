@@ -9,8 +9,9 @@ import pytest
 from sqlalchemy import func, select
 from store_helpers import T0, make_instance
 
+from provisioner.domain.records import LedgerEntry
 from provisioner.reconcile.leadership import Leadership
-from provisioner.store import Fence, FencedOut, LedgerEntry, Store
+from provisioner.store import Fence, FencedOut, Store
 from provisioner.store.models import IntentRow
 
 NAME = "burst-ctl"

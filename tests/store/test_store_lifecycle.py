@@ -12,7 +12,8 @@ from provisioner.domain.instances import IllegalTransition, InstanceState
 from provisioner.domain.nodes import GpuSample
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Alternative, Decision, ReasonCode, Rejection
-from provisioner.store import JobUsage, NotFound, TokenRecord
+from provisioner.domain.records import JobUsage, TokenRecord
+from provisioner.store import NotFound
 
 S = InstanceState
 

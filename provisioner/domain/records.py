@@ -1,0 +1,216 @@
+"""The records the store hands to and from its callers: frozen dataclasses of domain values, with
+no ORM in them, so account/ and reconcile/ compute on them without knowing how they are kept.
+Also the micro-dollar and UTC-day helpers the ledger is kept in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from provisioner.domain.instances import CloudInstance
+from provisioner.domain.money import MICRO
+from provisioner.domain.nodes import GpuSample
+from provisioner.domain.plan import Decision
+
+
+def to_micros(amount: Decimal) -> int:
+    return int(amount.quantize(MICRO).scaleb(6))
+
+
+def from_micros(micros: int) -> Decimal:
+    return Decimal(int(micros)).scaleb(-6).quantize(MICRO)
+
+
+def day_of(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolInfo:
+    name: str
+    cloud: str
+    regions: tuple[str, ...] = ()
+    partition: str = ""
+    team: str = ""
+    gpu_model: str = ""
+    capacity: str = "any"
+    max_nodes: int = 0
+    drained: bool = False
+    drained_ts: float | None = None
+    drained_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorState:
+    paused: bool = False
+    reason: str = ""
+    updated_ts: float = 0.0
+    updated_by: str = ""
+    drained_pools: tuple[str, ...] = ()
+    sweep_hold_reason: str = ""  # the sweep's safety valve holds (empty: it does not)
+    sweep_hold_ts: float | None = None
+    sweep_approved_ts: float | None = None
+    sweep_approved_by: str = ""
+
+    @property
+    def sweep_approved(self) -> bool:
+        """An operator let the held sweep go ahead since it started holding."""
+        return (
+            self.sweep_approved_ts is not None
+            and self.sweep_hold_ts is not None
+            and self.sweep_approved_ts >= self.sweep_hold_ts
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    token: str
+    kind: str
+    status: str
+    created_ts: float
+    pool: str = ""
+    offer: str = ""
+    nodes: int = 0
+    instance_id: str = ""
+    decision_id: str = ""
+    team: str = ""
+    price_usd_hr: Decimal | None = None
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    completed_ts: float | None = None
+    error_code: str = ""
+    error: str = ""
+    result: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredInstance:
+    instance: CloudInstance
+    team: str = ""
+    intent_token: str = ""
+    ended_ts: float | None = None
+    billed_until_ts: float | None = None
+    billed_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDecision:
+    decision: Decision
+    created_ts: float
+    iac_review: str | None = None
+    iac_review_format: str = ""
+    reason: str = ""  # the stored code, kept verbatim even if this version does not know it
+
+
+@dataclass(frozen=True, slots=True)
+class JobUsage:
+    """A job's time on one node (`end_ts` None while it runs). `instance_id` '' means on-prem."""
+
+    job_id: str
+    node_name: str
+    gpus: int
+    start_ts: float
+    end_ts: float | None = None
+    instance_id: str = ""
+    pool: str = ""
+    account: str = ""
+    team: str = ""
+    partition: str = ""
+    user: str = ""
+    usage_id: int | None = None
+    billed_until_ts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One priced slice of time. `cost` is Decimal dollars, kept to the micro-dollar."""
+
+    start_ts: float
+    end_ts: float
+    kind: str  # job | idle | onprem | energy
+    cost: Decimal
+    cloud: str = ""
+    region: str = ""
+    pool: str = ""
+    instance_id: str = ""
+    node_name: str = ""
+    offer: str = ""
+    instance_type: str = ""
+    capacity: str = ""
+    job_id: str = ""
+    team: str = ""
+    account: str = ""
+    user: str = ""
+    partition: str = ""
+    decision_id: str = ""
+    gpus: int = 0
+    quantity: float = 0.0
+    unit: str = ""
+    unit_price: Decimal = Decimal(0)
+
+    @property
+    def day(self) -> str:
+        return day_of(self.start_ts)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRecord:
+    scope: str  # team | global
+    name: str
+    monthly_usd: Decimal | None = None
+    usd_per_hour: Decimal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    token_id: str
+    name: str
+    role: str
+    salt: str
+    secret_hash: str
+    created_ts: float
+    revoked_ts: float | None = None
+    node: str | None = None  # agent tokens: the node they are bound to
+    expires_ts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTelemetry:
+    node: str
+    received_ts: float
+    gpus: tuple[GpuSample, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPayload:
+    """A node's latest whole agent payload (JSON, `GpuTelemetry` schema) and, per GPU index,
+    since when that GPU has been idle."""
+
+    node: str
+    sampled_ts: float
+    received_ts: float
+    payload: Mapping[str, Any]
+    idle_since: Mapping[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyMark:
+    """The last sample of one GPU whose energy is in the ledger."""
+
+    node: str
+    gpu_key: str
+    sampled_ts: float
+    energy_mj: float | None = None
+    power_w: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BillingMark:
+    """Move an accounting watermark from `expected` (what was read) to `until`."""
+
+    key: str | int  # instance id (str) or job usage id (int)
+    expected: float | None
+    until: float
+    add_seconds: float = 0.0
