@@ -122,6 +122,13 @@ class JobUsage:
     usage_id: int | None = None
     billed_until_ts: float | None = None
 
+    def gpu_seconds(self, until_ts: float | None = None) -> float:
+        """GPU time used so far: to the end, or to `until_ts` while it runs."""
+        end = self.end_ts if self.end_ts is not None else until_ts
+        if end is None:
+            return 0.0
+        return max(0.0, end - self.start_ts) * self.gpus
+
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:

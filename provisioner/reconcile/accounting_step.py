@@ -12,7 +12,7 @@ from provisioner.config.models import Policy
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.records import JobUsage
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm.usage import UsageRecord, UsageTracker
+from provisioner.observe.slurm.usage import UsageTracker
 from provisioner.reconcile.context import PassReport
 from provisioner.store import Store
 
@@ -30,7 +30,7 @@ class AccountingStep:
         self.tracker = UsageTracker()
         self._usage_written: dict[tuple[str, str, float], float | None] = {}
         self._pruned_ts: float | None = None
-        self.closed: tuple[UsageRecord, ...] = ()  # the records the last pass closed
+        self.closed: tuple[JobUsage, ...] = ()  # the records the last pass closed
 
     def run(self, view: ClusterSnapshot, now: float, report: PassReport) -> None:
         self.closed = ()
@@ -67,9 +67,9 @@ class AccountingStep:
         team_for = self.policy.budgets.team_for
         rows: list[JobUsage] = []
 
-        def usage(r: UsageRecord) -> JobUsage | None:
-            node = kinds.get(r.node)
-            inst = live.get(r.node)
+        def usage(r: JobUsage) -> JobUsage | None:
+            node = kinds.get(r.node_name)
+            inst = live.get(r.node_name)
             if r.end_ts is None and node is not None and node.state is NodeState.POWERING_UP:
                 return None  # allocated to a booting node: its GPU time starts when it is up
             if node is not None and node.kind is NodeKind.ONPREM:
@@ -78,22 +78,10 @@ class AccountingStep:
                 iid, pool = inst.instance_id, inst.pool
             else:
                 return None  # a burst node with no instance known: nothing to charge it to
-            return JobUsage(
-                job_id=r.job_id,
-                node_name=r.node,
-                gpus=r.gpus,
-                start_ts=r.start_ts,
-                end_ts=r.end_ts,
-                instance_id=iid,
-                pool=pool,
-                account=r.account,
-                team=team_for(r.account),
-                partition=r.partition,
-                user=r.user,
-            )
+            return replace(r, instance_id=iid, pool=pool, team=team_for(r.account))
 
         for r in (*closed, *open_):
-            key = (r.job_id, r.node, r.start_ts)
+            key = (r.job_id, r.node_name, r.start_ts)
             if key in self._usage_written and self._usage_written[key] == r.end_ts:
                 continue
             u = usage(r)
@@ -102,8 +90,8 @@ class AccountingStep:
                 self._usage_written[key] = r.end_ts
         # Open rows in the store the tracker no longer holds open: Slurm reset the job's start
         # (its node powered up) or the job ended while the controller was down.
-        current = {(r.job_id, r.node): r.start_ts for r in open_}
-        done = {(r.job_id, r.node, r.start_ts) for r in closed}
+        current = {(r.job_id, r.node_name): r.start_ts for r in open_}
+        done = {(r.job_id, r.node_name, r.start_ts) for r in closed}
         ends = {j.job_id: j.end_ts for j in view.jobs}
         for u in self.store.job_usage(overlapping=(now, now + 1.0)):
             if u.end_ts is not None:

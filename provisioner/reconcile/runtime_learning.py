@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Protocol
 
 from provisioner.domain.jobs import JobState
+from provisioner.domain.records import JobUsage
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm.usage import UsageRecord
 from provisioner.plan.history import RuntimeHistory
 
 
@@ -30,9 +30,9 @@ class RuntimeLearner:
         self.store = store
         self.history = RuntimeHistory.from_state(store.runtime_history())
 
-    def learn(self, closed: Iterable[UsageRecord], now_ts: float) -> int:
+    def learn(self, closed: Iterable[JobUsage], now_ts: float) -> int:
         """Learn from the jobs whose records closed; returns how many jobs were learned."""
-        spans: dict[str, tuple[float, float, UsageRecord]] = {}
+        spans: dict[str, tuple[float, float, JobUsage]] = {}
         for r in closed:
             if r.end_ts is None:
                 continue

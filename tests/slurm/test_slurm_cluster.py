@@ -102,7 +102,7 @@ def test_slurm_driven_burst_runs_pending_job_on_cloud_then_powers_down(cluster: 
     resumed = [r for h in c.handoffs for r in h.handled if r.action is PowerAction.RESUME]
     assert ran_on in {r.node for r in resumed}
     mine = [r for r in closed if r.job_id == burst]
-    assert [(r.node, r.gpus, r.partition, r.account) for r in mine] == [
+    assert [(r.node_name, r.gpus, r.partition, r.account) for r in mine] == [
         (ran_on, 4, "cloud", "gputeam")
     ]
     # on-prem jobs still hold their GPUs; the on-prem job kept waiting

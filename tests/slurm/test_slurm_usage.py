@@ -11,9 +11,9 @@ from provisioner.command_runner import CommandResult
 from provisioner.domain.errors import SnapshotError
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node, NodeKind
+from provisioner.domain.records import JobUsage
 from provisioner.observe.slurm.usage import (
     SacctUsageSource,
-    UsageRecord,
     UsageTracker,
     parse_sacct,
     split_gpus,
@@ -46,10 +46,19 @@ def test_tracker_opens_and_closes_with_slurm_times() -> None:
         t.update([j("1", JobState.RUNNING, start=110.0, nodes=["cloud-aws-1"])], 120.0, NODES) == ()
     )
     (rec,) = t.open_records
-    assert (rec.node, rec.gpus, rec.partition, rec.end_ts) == ("cloud-aws-1", 4, "cloud", None)
+    assert (rec.node_name, rec.gpus, rec.partition, rec.end_ts) == ("cloud-aws-1", 4, "cloud", None)
     done = j("1", JobState.COMPLETED, start=110.0, end=150.0, nodes=["cloud-aws-1"])
     (closed,) = t.update([done], 160.0, NODES)
-    assert closed == UsageRecord("1", "cloud-aws-1", 4, 110.0, 150.0, "gputeam", "cloud", "alice")
+    assert closed == JobUsage(
+        job_id="1",
+        node_name="cloud-aws-1",
+        gpus=4,
+        start_ts=110.0,
+        end_ts=150.0,
+        account="gputeam",
+        partition="cloud",
+        user="alice",
+    )
     assert closed.gpu_seconds() == 160.0
     assert t.update([done], 170.0, NODES) == ()  # still listed by squeue: not counted twice
     assert t.open_records == ()
@@ -67,7 +76,7 @@ def test_tracker_start_reset_after_power_up_and_short_jobs() -> None:
               gpus=16)  # fmt: skip
     closed = t.update([short, j("2", JobState.FAILED, start=131.0, end=145.0,
                                 nodes=["cloud-aws-1"])], 150.0, NODES)  # fmt: skip
-    got = sorted((r.job_id, r.node, r.gpus, r.start_ts, r.end_ts) for r in closed)
+    got = sorted((r.job_id, r.node_name, r.gpus, r.start_ts, r.end_ts) for r in closed)
     assert got == [
         ("2", "cloud-aws-1", 4, 131.0, 145.0),
         ("3", "cloud-aws-1", 8, 132.0, 140.0),
@@ -82,7 +91,7 @@ def test_tracker_requeue_and_vanished_job() -> None:
     assert (first.start_ts, first.end_ts, first.partition) == (10.0, 30.0, "onprem")
     t.update([j("4", JobState.RUNNING, start=40.0, nodes=["cloud-aws-2"])], 41.0, NODES)
     (second,) = t.update([], 90.0, NODES)  # gone without an end time: closed at the pass
-    assert (second.node, second.start_ts, second.end_ts) == ("cloud-aws-2", 40.0, 90.0)
+    assert (second.node_name, second.start_ts, second.end_ts) == ("cloud-aws-2", 40.0, 90.0)
 
 
 def test_sacct_sample() -> None:
@@ -90,8 +99,8 @@ def test_sacct_sample() -> None:
     by_job = {r.job_id: r for r in recs}
     assert "21" not in by_job and "23" not in by_job  # never ran ("None assigned")
     r27 = by_job["27"]
-    assert (r27.node, r27.gpus, r27.account, r27.partition, r27.source) == (
-        "cloud-aws-1", 8, "gputeam", "cloud", "sacct",
+    assert (r27.node_name, r27.gpus, r27.account, r27.partition) == (
+        "cloud-aws-1", 8, "gputeam", "cloud",
     )  # fmt: skip
     assert (r27.start_ts, r27.end_ts) == (1796021785.0, 1796021788.0)
     assert by_job["26"].gpus == 4 and by_job["26"].account == "research"

@@ -1,6 +1,7 @@
 """Job usage for cost attribution: which job used how many GPUs on which node, from when to when.
 
-Two sources, same record:
+Two sources, one record (`domain.records.JobUsage`, the shape the store keeps; the
+controller fills in the instance, pool and team before writing it):
 
 * `sacct --json` where slurmdbd runs (`parse_sacct`, `SacctUsageSource`): Slurm's own record,
   exact start and end, the partition actually used, `gres/gpu` from the allocated TRES.
@@ -14,7 +15,7 @@ A job on N nodes yields N records, its GPUs split over them (Slurm allocates GPU
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -23,26 +24,8 @@ from provisioner.domain.errors import SnapshotError
 from provisioner.domain.hostlist import HostlistError, expand_hostlist
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node
+from provisioner.domain.records import JobUsage
 from provisioner.observe.slurm.parse import check_errors, load_json, number
-
-
-@dataclass(frozen=True, slots=True)
-class UsageRecord:
-    job_id: str
-    node: str
-    gpus: int
-    start_ts: float
-    end_ts: float | None  # None while the job runs
-    account: str
-    partition: str
-    user: str = ""
-    source: str = "observed"  # "observed" | "sacct"
-
-    def gpu_seconds(self, until_ts: float | None = None) -> float:
-        end = self.end_ts if self.end_ts is not None else until_ts
-        if end is None:
-            return 0.0
-        return max(0.0, end - self.start_ts) * self.gpus
 
 
 def split_gpus(gpus: int, nodes: Sequence[str]) -> list[tuple[str, int]]:
@@ -73,20 +56,20 @@ class UsageTracker:
     """Turns successive observations of the job list into per-job, per-node usage records."""
 
     def __init__(self) -> None:
-        self._open: dict[str, tuple[UsageRecord, ...]] = {}
+        self._open: dict[str, tuple[JobUsage, ...]] = {}
         self._done: set[tuple[str, float]] = set()
 
     @property
-    def open_records(self) -> tuple[UsageRecord, ...]:
+    def open_records(self) -> tuple[JobUsage, ...]:
         return tuple(r for recs in self._open.values() for r in recs)
 
     def _records(
         self, job: Job, start: float, end: float | None, parts: Mapping[str, Sequence[str]]
-    ) -> tuple[UsageRecord, ...]:
+    ) -> tuple[JobUsage, ...]:
         return tuple(
-            UsageRecord(
+            JobUsage(
                 job_id=job.job_id,
-                node=node,
+                node_name=node,
                 gpus=g,
                 start_ts=start,
                 end_ts=end,
@@ -99,11 +82,11 @@ class UsageTracker:
 
     def update(
         self, jobs: Iterable[Job], now_ts: float, nodes: Iterable[Node] = ()
-    ) -> tuple[UsageRecord, ...]:
+    ) -> tuple[JobUsage, ...]:
         """Feed one pass's jobs; returns the records that closed in this pass."""
         parts = {n.name: n.partitions for n in nodes}
         seen = {j.job_id: j for j in jobs}
-        closed: list[UsageRecord] = []
+        closed: list[JobUsage] = []
         # 1. open records whose job stopped running: close with Slurm's end time, else now
         for job_id, recs in list(self._open.items()):
             job = seen.get(job_id)
@@ -158,14 +141,14 @@ def _sacct_gpus(tres: Any) -> int:
     return 0
 
 
-def parse_sacct(doc: Mapping[str, Any], *, source: str = "sacct --json") -> tuple[UsageRecord, ...]:
+def parse_sacct(doc: Mapping[str, Any], *, source: str = "sacct --json") -> tuple[JobUsage, ...]:
     """Usage records of a `sacct --json` document (22.05 dbv0.0.38 and 23.x shapes). Jobs that
     never started (no start time, `None assigned`) yield nothing; running jobs an open record."""
     check_errors(doc, source)
     jobs = doc.get("jobs")
     if not isinstance(jobs, list):
         raise SnapshotError(f"{source}: no 'jobs' list in the document")
-    out: list[UsageRecord] = []
+    out: list[JobUsage] = []
     for i, rec in enumerate(jobs):
         if not isinstance(rec, Mapping):
             raise SnapshotError(f"{source}: jobs[{i}] is not an object")
@@ -187,16 +170,15 @@ def parse_sacct(doc: Mapping[str, Any], *, source: str = "sacct --json") -> tupl
         user = str(rec.get("user") or assoc.get("user") or "")
         for node, g in split_gpus(_sacct_gpus(rec.get("tres")), nodes):
             out.append(
-                UsageRecord(
+                JobUsage(
                     job_id=job_id,
-                    node=node,
+                    node_name=node,
                     gpus=g,
                     start_ts=start,
                     end_ts=max(end, start) if end is not None else None,
                     account=account,
                     partition=str(rec.get("partition") or ""),
                     user=user,
-                    source="sacct",
                 )
             )
     return tuple(out)
@@ -211,7 +193,7 @@ class SacctUsageSource:
         self._timeout_s = timeout_s
         self._sacct = sacct
 
-    def usage_since(self, since_ts: float) -> tuple[UsageRecord, ...]:
+    def usage_since(self, since_ts: float) -> tuple[JobUsage, ...]:
         # sacct reads local time; -a all users, -X allocations only (no steps)
         since = datetime.fromtimestamp(since_ts).strftime("%Y-%m-%dT%H:%M:%S")
         argv = [self._sacct, "--json", "-a", "-X", "-S", since]
