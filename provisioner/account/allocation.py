@@ -16,7 +16,7 @@ from typing import TypedDict
 
 from provisioner.account.billing import unused_kind
 from provisioner.domain.money import MICRO, cost_for_seconds
-from provisioner.domain.records import JobUsage, LedgerEntry, StoredInstance
+from provisioner.domain.records import JobUsage, LedgerEntry, LedgerKind, StoredInstance
 
 HOUR = Decimal(3600)
 
@@ -103,7 +103,7 @@ def allocate_instance_window(
     base = LedgerEntry(
         start_ts=a,
         end_ts=b,
-        kind="idle",
+        kind=LedgerKind.IDLE,
         cost=Decimal(0),
         cloud=inst.offer.cloud,
         region=inst.offer.region,
@@ -128,7 +128,7 @@ def allocate_instance_window(
                 base,
                 start_ts=max(a, u.start_ts),
                 end_ts=min(b, u.end_ts if u.end_ts is not None else b),
-                kind="job",
+                kind=LedgerKind.JOB,
                 cost=amount,
                 **job_fields(u, team_for),
                 gpus=min(u.gpus, gpus),
@@ -167,7 +167,7 @@ def allocate_onprem(
     return LedgerEntry(
         start_ts=max(a, usage.start_ts),
         end_ts=min(b, usage.end_ts if usage.end_ts is not None else b),
-        kind="onprem",
+        kind=LedgerKind.ONPREM,
         cost=cost_for_seconds(usd_per_gpu_hour * usage.gpus, secs),
         pool=usage.pool or "onprem",
         node_name=usage.node_name,
@@ -202,7 +202,7 @@ def allocate_energy(
     base = LedgerEntry(
         start_ts=a,
         end_ts=b,
-        kind="energy",
+        kind=LedgerKind.ENERGY,
         cost=Decimal(0),
         pool=pool,
         node_name=node_name,

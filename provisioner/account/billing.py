@@ -15,6 +15,7 @@ from decimal import Decimal
 
 from provisioner.domain.instances import CloudInstance, InstanceOrigin, InstanceState
 from provisioner.domain.money import cost_for_seconds
+from provisioner.domain.records import LedgerKind
 
 MIN_BILLED_SECONDS = 60.0
 DAY_S = 86_400.0
@@ -98,8 +99,8 @@ def unbound_until(inst: CloudInstance) -> float:
     return -math.inf if inst.node_name else math.inf
 
 
-def unused_kind(inst: CloudInstance, window_end: float) -> str:
+def unused_kind(inst: CloudInstance, window_end: float) -> LedgerKind:
     """The ledger kind of the time no job used in a window ending at `window_end`."""
     if inst.origin is InstanceOrigin.ORPHAN:
-        return "orphan"
-    return "unbound" if window_end <= unbound_until(inst) else "idle"
+        return LedgerKind.ORPHAN
+    return LedgerKind.UNBOUND if window_end <= unbound_until(inst) else LedgerKind.IDLE

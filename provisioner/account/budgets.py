@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from provisioner.domain.records import CLOUD_KINDS as CLOUD_KINDS  # the console imports it here
 from provisioner.store import Store
-
-CLOUD_KINDS = ("job", "idle", "unbound", "orphan")
 
 
 @dataclass(frozen=True, slots=True)

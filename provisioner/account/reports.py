@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from provisioner.account.csv_safe import safe_row
+from provisioner.domain.records import LedgerKind
 from provisioner.store import Store
 
 GROUP_KEYS = ("team", "account", "user", "partition", "cloud", "region", "pool", "kind", "day")
-KINDS = ("job", "idle", "unbound", "orphan", "onprem", "energy")
+KINDS = tuple(k.value for k in LedgerKind)
 
 
 class ReportError(ValueError):

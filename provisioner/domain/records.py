@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any
 
 from provisioner.domain.instances import CloudInstance
@@ -130,13 +131,28 @@ class JobUsage:
         return max(0.0, end - self.start_ts) * self.gpus
 
 
+class LedgerKind(StrEnum):
+    """What a ledger row pays for. Stored as its string."""
+
+    JOB = "job"  # a job's GPU time on a cloud instance
+    IDLE = "idle"  # an instance's time no job used
+    UNBOUND = "unbound"  # cloud time before the instance joined Slurm
+    ORPHAN = "orphan"  # time of an instance found by its tags with no record
+    ONPREM = "onprem"  # a job's GPU time on-prem, amortised
+    ENERGY = "energy"  # GPU energy
+
+
+# The kinds the clouds bill: budgets count these.
+CLOUD_KINDS = (LedgerKind.JOB, LedgerKind.IDLE, LedgerKind.UNBOUND, LedgerKind.ORPHAN)
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
     """One priced slice of time. `cost` is Decimal dollars, kept to the micro-dollar."""
 
     start_ts: float
     end_ts: float
-    kind: str  # job | idle | onprem | energy
+    kind: LedgerKind
     cost: Decimal
     cloud: str = ""
     region: str = ""

@@ -15,6 +15,7 @@ from provisioner.domain.records import (
     BillingMark,
     JobUsage,
     LedgerEntry,
+    LedgerKind,
     day_of,
     from_micros,
     to_micros,
@@ -80,7 +81,7 @@ def _grouped(
     count = func.count() if model is LedgerRow else func.sum(RollupRow.rows)
     q = select(*cols, func.sum(model.cost_micros), count).where(*where)
     if kinds:
-        q = q.where(model.kind.in_(list(kinds)))
+        q = q.where(model.kind.in_([str(k) for k in kinds]))
     if cols:
         q = q.group_by(*cols)
     return q
@@ -214,7 +215,7 @@ class LedgerStore(StoreBase):
                     "start_ts": e.start_ts,
                     "end_ts": e.end_ts,
                     "day": day,
-                    "kind": e.kind,
+                    "kind": str(e.kind),  # the enum's string, whatever the driver does with enums
                     "cloud": e.cloud,
                     "region": e.region,
                     "pool": e.pool,
@@ -372,7 +373,7 @@ class LedgerStore(StoreBase):
                 RollupRow.grain == GRAINS.index(("kind", "team")),
                 RollupRow.day >= day_of(from_ts),
                 RollupRow.day < day_of(to_ts),
-                RollupRow.kind.in_(list(kinds)),
+                RollupRow.kind.in_([str(k) for k in kinds]),
             )
             .group_by(RollupRow.team)
         )
@@ -432,7 +433,7 @@ def _entry(r: LedgerRow) -> LedgerEntry:
     return LedgerEntry(
         start_ts=r.start_ts,
         end_ts=r.end_ts,
-        kind=r.kind,
+        kind=LedgerKind(r.kind),
         cost=from_micros(r.cost_micros),
         cloud=r.cloud,
         region=r.region,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from provisioner.observe.slurm.usage import UsageRecord
+from provisioner.domain.records import JobUsage
 from provisioner.reconcile.runtime_learning import RuntimeLearner
 from provisioner.store import Store
 
@@ -13,8 +13,8 @@ def test_saving_replaces_only_the_names_given(store) -> None:
     assert store.runtime_history() == {"group:cv": [5.0], "user:ann": [20.0, 30.0]}
 
 
-def _closed(job_id: str, start: float, end: float, node: str = "n1") -> UsageRecord:
-    return UsageRecord(job_id, node, 4, start, end, account="cv", partition="onprem", user="ann")
+def _closed(job_id: str, start: float, end: float, node: str = "n1") -> JobUsage:
+    return JobUsage(job_id, node, 4, start, end, account="cv", partition="onprem", user="ann")
 
 
 def test_a_restarted_controller_predicts_from_what_it_learned_before(db_url) -> None:

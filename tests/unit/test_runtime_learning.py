@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm.usage import UsageRecord
+from provisioner.domain.records import JobUsage
 from provisioner.reconcile.runtime_learning import RuntimeLearner
 
 
@@ -22,7 +22,7 @@ class _Port:
 def _learner() -> RuntimeLearner:
     lr = RuntimeLearner(_Port())
     for k, rt in enumerate((300.0, 500.0)):
-        r = UsageRecord(f"d{k}", "n1", 1, 0.0, rt, account="cv", partition="onprem", user="ann")
+        r = JobUsage(f"d{k}", "n1", 1, 0.0, rt, account="cv", partition="onprem", user="ann")
         lr.learn([r], rt)
     return lr
 
