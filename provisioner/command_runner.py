@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from provisioner.domain.errors import SnapshotError
+from provisioner.domain.errors import ProvisionerError, SnapshotError
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -31,7 +31,12 @@ class CommandResult:
         return f"`{' '.join(self.argv)}` exited {self.returncode}: {tail}"
 
 
-class CommandTimeout(Exception):
+class CommandTimeout(ProvisionerError):
+    """A command (scontrol, squeue, sacct) ran past its time limit and was killed."""
+
+    retryable = True
+    http_status = 504
+
     def __init__(self, argv: Sequence[str], timeout_s: float) -> None:
         self.argv = tuple(argv)
         self.timeout_s = timeout_s

@@ -7,10 +7,11 @@ from collections.abc import Iterable
 from decimal import Decimal
 
 from provisioner.config.models import Policy
+from provisioner.domain.errors import NotKnown
 from provisioner.domain.offers import Offer, OfferKey
 
 
-class PriceUnknown(LookupError):
+class PriceUnknown(NotKnown):
     pass
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from provisioner.account.csv_safe import safe_row
+from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.records import LedgerKind
 from provisioner.store import Store
 
@@ -24,7 +25,7 @@ GROUP_KEYS = ("team", "account", "user", "partition", "cloud", "region", "pool",
 KINDS = tuple(k.value for k in LedgerKind)
 
 
-class ReportError(ValueError):
+class ReportError(InvalidArgument):
     """A report was asked for with bad parameters (the message says which)."""
 
 

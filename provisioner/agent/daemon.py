@@ -27,6 +27,7 @@ from tenacity import (
 from provisioner.agent.metrics import CONTENT_TYPE, render_down, render_metrics
 from provisioner.agent.sampler import NvmlSampler, NvmlUnavailable
 from provisioner.clock import Clock
+from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.telemetry import GpuTelemetry
 
 log = logging.getLogger("provisioner.agent")
@@ -111,7 +112,11 @@ class MetricsServer:
 # --------------------------------------------------------------------------- push
 
 
-class _RetryableStatus(Exception):
+class _RetryableStatus(ProvisionerError):
+    """The controller answered a push with a status worth retrying (429, 5xx)."""
+
+    retryable = True
+
     def __init__(self, status: int) -> None:
         self.status = status
         super().__init__(f"HTTP {status}")

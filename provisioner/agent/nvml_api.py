@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
+from provisioner.domain.errors import ProvisionerError
+
 # NVML return codes (nvml.h `nvmlReturn_t`); values are stable across driver releases.
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
@@ -67,7 +69,7 @@ NVML_EVENT_TYPE_XID_CRITICAL_ERROR = 0x0000000000000008
 NVML_INVALID_INSTANCE_ID = 0xFFFFFFFF
 
 
-class NvmlError(Exception):
+class NvmlError(ProvisionerError):
     """An NVML call failed with return code `code`."""
 
     def __init__(self, code: int, function: str = "") -> None:

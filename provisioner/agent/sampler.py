@@ -49,6 +49,7 @@ from provisioner.agent.nvml_api import (
     ProcessInfo,
 )
 from provisioner.clock import Clock
+from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.telemetry import GpuReading, GpuTelemetry, JobGpu, MigInstance
 
 log = logging.getLogger("provisioner.agent")
@@ -60,7 +61,7 @@ JobResolver = Callable[[int], str | None]
 """pid -> Slurm job id, or None when the process belongs to no job (or cannot be read)."""
 
 
-class NvmlUnavailable(Exception):
+class NvmlUnavailable(ProvisionerError):
     """NVML cannot be used on this machine at all: no binding, no driver, no GPU."""
 
     def __init__(self, message: str, code: int | None = None) -> None:

@@ -4,11 +4,42 @@ from __future__ import annotations
 
 
 class ProvisionerError(Exception):
-    """Base of every error the provisioner raises on purpose."""
+    """Base of every error the provisioner raises on purpose.
+
+    What a caller does about one is read from its type and these attributes, never its text:
+    - `retryable`: the same call may succeed later (a blip, a lost race); retry policies and
+      the loop go by it.
+    - `http_status`: what the API answers when the error reaches a request (api/errors.py maps
+      every ProvisionerError in one place).
+    - `user_message`: what a user or operator may be shown. It is the message, which names the
+      file, field or request at fault and never holds a traceback or a server path.
+    """
+
+    retryable: bool = False
+    http_status: int = 500
+
+    @property
+    def user_message(self) -> str:
+        return str(self)
+
+
+class InvalidArgument(ProvisionerError, ValueError):
+    """A caller passed a value the function cannot work with (a negative age, an unknown
+    policy name). Also a ValueError, so validators and older callers see what they expect."""
+
+    http_status = 400
+
+
+class NotKnown(ProvisionerError, LookupError):
+    """Something asked for by name or id does not exist (a pool, a price, a record)."""
+
+    http_status = 404
 
 
 class ConfigError(ProvisionerError):
     """A config or input file is invalid. Names the file and the field."""
+
+    http_status = 422
 
     def __init__(self, source: str, field: str, message: str) -> None:
         self.source = source
@@ -21,9 +52,14 @@ class ConfigError(ProvisionerError):
 class InputError(ProvisionerError):
     """A data file (trace, snapshot, catalog) is unreadable. Names the file and the row/field."""
 
+    http_status = 422
+
 
 class SnapshotError(ProvisionerError):
-    """Observation failed or was partial; the snapshot is stale."""
+    """Observation failed or was partial; the snapshot is stale. The next pass tries again."""
+
+    retryable = True
+    http_status = 503
 
 
 class CloudError(ProvisionerError):
@@ -31,6 +67,7 @@ class CloudError(ProvisionerError):
 
     retryable: bool = False
     backoff_offer: bool = False
+    http_status = 502
 
     def __init__(self, message: str, *, code: str = "", offer: str = "") -> None:
         self.code = code

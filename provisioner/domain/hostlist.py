@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from provisioner.domain.errors import InvalidArgument
+
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 MAX_HOSTS = 100_000
 
 
-class HostlistError(ValueError):
+class HostlistError(InvalidArgument):
     """The hostlist expression cannot be read."""
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from enum import StrEnum
 
+from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.offers import OfferKey
 
 
@@ -46,7 +47,7 @@ DEFAULT_STATE_TIMEOUTS_S: dict[InstanceState, float] = {
 }
 
 
-class IllegalTransition(ValueError):
+class IllegalTransition(ProvisionerError, ValueError):
     pass
 
 

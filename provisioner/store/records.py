@@ -8,17 +8,26 @@ from typing import Any, cast
 
 from sqlalchemy import Table
 
+from provisioner.domain.errors import ProvisionerError
 
-class StoreError(Exception):
+
+class StoreError(ProvisionerError):
     """A store operation could not be carried out as asked."""
 
+    http_status = 409
 
-class NotFound(StoreError):
-    pass
+
+class NotFound(StoreError, LookupError):
+    """No record with that key."""
+
+    http_status = 404
 
 
 class FencedOut(StoreError):
-    """A write or an action carried a fencing token that is no longer the leader's."""
+    """A write or an action carried a fencing token that is no longer the leader's. Never
+    retried by the one who got it: that controller is no longer the leader."""
+
+    http_status = 503
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +41,10 @@ class Fence:
 
 
 class ConcurrentUpdate(StoreError):
-    """Someone else moved a watermark since it was read; nothing was written."""
+    """Someone else moved a watermark since it was read; nothing was written. Reading again
+    and retrying is safe."""
+
+    retryable = True
 
 
 def _table(cls: type[Any]) -> Table:
