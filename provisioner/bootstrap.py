@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from provisioner.plan.catalog import Catalog
     from provisioner.reconcile.leadership import Leadership
     from provisioner.reconcile.loop import ControllerLoop, Hook, LoopConfig, PassReport, Reconciler
-    from provisioner.reconcile.ports import JobControl, NodeControl, NodeLauncher
+    from provisioner.register.ports import JobControl, NodeControl, NodeLauncher
     from provisioner.register.power_queue import PowerRequestQueue
     from provisioner.store import Store
 
@@ -137,7 +137,7 @@ def build_slurm(settings: Settings, clock: Clock, policy: Policy) -> SlurmParts:
         RestToken,
     )
     from provisioner.observe.slurm.parse import DEFAULT_CLOUD_PARTITIONS
-    from provisioner.reconcile.ports import ScontrolJobControl
+    from provisioner.register.job_control import ScontrolJobControl
     from provisioner.register.slurm_control import SlurmControl
 
     runner = SubprocessRunner(slurm_conf=settings.slurm_conf, bin_dir=settings.slurm_bin_dir)

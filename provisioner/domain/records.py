@@ -11,7 +11,9 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
+from provisioner.domain.failures import ErrorCategory
 from provisioner.domain.instances import CloudInstance
+from provisioner.domain.intents import IntentKind, IntentStatus, ScaleUpPayload, TerminatePayload
 from provisioner.domain.money import MICRO
 from provisioner.domain.nodes import GpuSample
 from provisioner.domain.plan import Decision
@@ -68,9 +70,14 @@ class OperatorState:
 
 @dataclass(frozen=True, slots=True)
 class Intent:
+    """A cloud call recorded before it is made. `payload` is the JSON as stored; read it
+    through `scale_up_payload` / `terminate_payload`. `error_category` is None where it was not
+    recorded: the intent is pending, or it completed before migration 0007 (its category is
+    then only the prefix of `error_code`, or of a shortfall code in `result`)."""
+
     token: str
-    kind: str
-    status: str
+    kind: IntentKind
+    status: IntentStatus
     created_ts: float
     pool: str = ""
     offer: str = ""
@@ -84,6 +91,22 @@ class Intent:
     error_code: str = ""
     error: str = ""
     result: Mapping[str, Any] = field(default_factory=dict)
+    error_category: ErrorCategory | None = None
+
+    def __post_init__(self) -> None:
+        # Callers may pass the plain strings the store keeps; hold the enums.
+        object.__setattr__(self, "kind", IntentKind(self.kind))
+        object.__setattr__(self, "status", IntentStatus(self.status))
+        if self.error_category is not None:
+            object.__setattr__(self, "error_category", ErrorCategory.parse(self.error_category))
+
+    @property
+    def scale_up_payload(self) -> ScaleUpPayload:
+        return ScaleUpPayload.from_json(self.payload)
+
+    @property
+    def terminate_payload(self) -> TerminatePayload:
+        return TerminatePayload.from_json(self.payload)
 
 
 @dataclass(frozen=True, slots=True)

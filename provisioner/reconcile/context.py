@@ -3,8 +3,8 @@ loop's settings (`LoopConfig`), the pass report, the crash points `hook(step)` m
 `PassContext`, the lookups over the policy, the catalog and the store the steps have in common.
 
 `PassContext` copies the policy, catalog, store and settings once (as the reconciler does); the
-rest of the deps (clock, observer, clouds, Slurm ports, hook) are read from `deps` at each use,
-so a replaced port takes effect on the next call.
+rest of the deps (clock, observer, clouds, Slurm ports, hook) are read from `deps` at each use.
+The cloud actuator and the Slurm registrar do not see it: the reconciler hands them their ports.
 """
 
 from __future__ import annotations
@@ -14,25 +14,29 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from provisioner.act.actuator import CloudPorts
+from provisioner.act.cloud_actuator import (
+    STEP_SCALE_UP_AFTER_CLOUD,
+    STEP_SCALE_UP_AFTER_INTENT,
+    STEP_TERMINATE_AFTER_CLOUD,
+    STEP_TERMINATE_AFTER_INTENT,
+)
+from provisioner.act.pool_specs import OfferSpecs
 from provisioner.act.ports import PoolSpec
-from provisioner.act.specs import NodeImages, UserDataFn, spec_for_offer
+from provisioner.act.specs import NodeImages, UserDataFn
 from provisioner.clock import Clock
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.offers import Offer, OfferKey
 from provisioner.domain.records import StoredInstance
 from provisioner.observe.slurm.observer import SlurmObserver
 from provisioner.plan.catalog import Catalog
-from provisioner.reconcile.ports import JobControl, NodeControl, NodeLauncher
+from provisioner.register.ports import JobControl, NodeControl, NodeLauncher
 from provisioner.register.power_queue import PowerRequestQueue
+from provisioner.register.registrar import STEP_DRAIN_AFTER_SLURM
 from provisioner.store import Store
 
-# Where a crash matters; `hook(step)` is called at each (tests raise or SIGKILL there).
-STEP_SCALE_UP_AFTER_INTENT = "scale_up.after_intent"
-STEP_SCALE_UP_AFTER_CLOUD = "scale_up.after_cloud"
+# Where a crash matters; `hook(step)` is called at each (tests raise or SIGKILL there). The
+# actuator and the registrar name their own; the one between them is the coordinator's.
 STEP_SCALE_UP_BEFORE_REGISTER = "scale_up.before_register"
-STEP_DRAIN_AFTER_SLURM = "scale_down.during_drain"
-STEP_TERMINATE_AFTER_INTENT = "terminate.after_intent"
-STEP_TERMINATE_AFTER_CLOUD = "terminate.after_cloud"
 STEPS = (
     STEP_SCALE_UP_AFTER_INTENT,
     STEP_SCALE_UP_AFTER_CLOUD,
@@ -41,6 +45,20 @@ STEPS = (
     STEP_TERMINATE_AFTER_INTENT,
     STEP_TERMINATE_AFTER_CLOUD,
 )
+__all__ = [
+    "STEPS",
+    "STEP_DRAIN_AFTER_SLURM",
+    "STEP_SCALE_UP_AFTER_CLOUD",
+    "STEP_SCALE_UP_AFTER_INTENT",
+    "STEP_SCALE_UP_BEFORE_REGISTER",
+    "STEP_TERMINATE_AFTER_CLOUD",
+    "STEP_TERMINATE_AFTER_INTENT",
+    "Hook",
+    "LoopConfig",
+    "PassContext",
+    "PassReport",
+    "ReconcilerDeps",
+]
 
 Hook = Callable[[str], None]
 
@@ -110,9 +128,13 @@ class PassContext:
         self.catalog = deps.catalog
         self.config = deps.config
         self.controller = deps.policy.controller
-        self._offers: dict[tuple[str, str, str], Offer] = {
-            (o.cloud, o.region, o.instance_type): o for o in self.catalog
-        }
+        self.specs = OfferSpecs(
+            deps.policy,
+            deps.catalog,
+            images=deps.images,
+            user_data=deps.user_data,
+            project=deps.gcp_project,
+        )
 
     def now(self) -> float:
         return self.deps.clock.now().timestamp()
@@ -130,35 +152,18 @@ class PassContext:
         ]
 
     def pool(self, name: str) -> PoolPolicy | None:
-        try:
-            return self.policy.pool(name)
-        except KeyError:
-            return None
+        return self.specs.pool(name)
 
     @property
     def offers_by_type(self) -> dict[tuple[str, str, str], Offer]:
         """(cloud, region, instance type) -> the catalog's offer."""
-        return self._offers
+        return self.specs.offers_by_type
 
     def offer(self, key: OfferKey) -> Offer | None:
-        return self._offers.get((key.cloud, key.region, key.instance_type))
+        return self.specs.offer(key)
 
     def images_for(self, pool: PoolPolicy) -> NodeImages:
-        if pool.image:
-            return NodeImages({pool.cloud: pool.image})
-        return self.deps.images
+        return self.specs.images_for(pool)
 
     def spec(self, pool: PoolPolicy, key: OfferKey, decision: str) -> PoolSpec | None:
-        offer = self.offer(key)
-        if offer is None:
-            return None
-        return spec_for_offer(
-            self.policy,
-            pool,
-            offer,
-            key.capacity,
-            images=self.images_for(pool),
-            decision_id=decision,
-            user_data=self.deps.user_data,
-            project=self.deps.gcp_project,
-        )
+        return self.specs.spec(pool, key, decision)

@@ -20,10 +20,11 @@ and the observed world can be shown to leave no orphan and no duplicate.
 
 This module orchestrates the pass (`Reconciler`) and runs passes on a tick (`ControllerLoop`);
 the steps live beside it: `recovery.py` (recover), `snapshot_view.py` (observe, the planner's
-view), `actuation.py` (sync applied, act; Slurm-driven power-ups are planned by `plan()`),
-`registration.py` (register), `accounting_step.py` (account); `context.py` holds what they
-share (deps, settings, report, crash steps) and `outcomes.py` the cloud-call error codes and the
-back-off rebuilt from them.
+view), `actuation.py` (sync applied, act: the coordinator of the cloud actuator,
+`provisioner.act.cloud_actuator`, and the Slurm registrar, `provisioner.register.registrar`;
+Slurm-driven power-ups are planned by `plan()`), `provisioner.register.node_sync` (register),
+`accounting_step.py` (account); `context.py` holds what they share (deps, settings, report,
+crash steps) and `outcomes.py` the back-off rebuilt from the stored outcomes.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from typing import Any
 
 from provisioner.account.ledger import Accountant
 from provisioner.act.backoff_feed import BackoffSettings
+from provisioner.act.cloud_actuator import CloudActuator
 from provisioner.domain.instances import DEFAULT_STATE_TIMEOUTS_S, InstanceState, join_lease_s
+from provisioner.domain.intents import IntentKind
 from provisioner.domain.plan import Decision, Plan, ReasonCode
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
@@ -44,7 +47,7 @@ from provisioner.plan.gpu_view import planning_view
 from provisioner.plan.planner import plan as make_plan
 from provisioner.plan.rank_cache import RankCache
 from provisioner.reconcile.accounting_step import AccountingStep
-from provisioner.reconcile.actuation import Actuator
+from provisioner.reconcile.actuation import PassActuation
 from provisioner.reconcile.context import (
     STEP_DRAIN_AFTER_SLURM,
     STEP_SCALE_UP_AFTER_CLOUD,
@@ -62,10 +65,11 @@ from provisioner.reconcile.context import (
 from provisioner.reconcile.leadership import Leadership
 from provisioner.reconcile.outcomes import error_code, rebuild_backoff
 from provisioner.reconcile.recovery import recover_intents
-from provisioner.reconcile.registration import register
 from provisioner.reconcile.runtime_learning import RuntimeLearner
 from provisioner.reconcile.snapshot_view import EffectivePolicy, enrich, list_owned, observe
-from provisioner.reconcile.sync import SyncInput, plan_sync
+from provisioner.reconcile.sync import TERMINABLE, SyncInput, plan_sync
+from provisioner.register.node_sync import NodeSync
+from provisioner.register.registrar import SlurmRegistrar
 from provisioner.store import FencedOut
 
 # Names other code imports from here (they moved to the step modules).
@@ -137,20 +141,37 @@ class Reconciler:
         self.store.sync_pools(self.policy.pools, now)
         self.store.sync_budgets(self.policy.budgets, now)
         since = now - 2 * self.settings.max_s
-        self.actuator = Actuator(
-            self.ctx,
-            self.settings,
-            rebuild_backoff(self.store.intents(kind="scale_up", since_ts=since), self.settings),
+        self.cloud = CloudActuator(
+            clouds=deps.clouds,
+            intents=self.store,
+            specs=self.ctx.specs,
+            settings=self.settings,
+            backoff=rebuild_backoff(
+                self.store.intents(kind=IntentKind.SCALE_UP, since_ts=since), self.settings
+            ),
+            terminable=TERMINABLE,
+            hook=self.ctx.hook,
         )
+        self.slurm = SlurmRegistrar(
+            records=self.store,
+            node_control=deps.node_control,
+            job_control=deps.job_control,
+            controller=self.controller,
+            hook=self.ctx.hook,
+        )
+        self.nodes = NodeSync(
+            records=self.store, launcher=deps.launcher, power_queue=deps.power_queue
+        )
+        self.actuation = PassActuation(self.ctx, self.cloud, self.slurm)
 
     @property
     def backoff(self) -> Backoff:
-        """The per-offer back-off (the actuator replaces it with each scale-up's outcome)."""
-        return self.actuator.backoff
+        """The per-offer back-off (the cloud actuator replaces it with each scale-up's outcome)."""
+        return self.cloud.backoff
 
     @backoff.setter
     def backoff(self, value: Backoff) -> None:
-        self.actuator.backoff = value
+        self.cloud.backoff = value
 
     def _timeouts(self) -> dict[InstanceState, float]:
         t = dict(DEFAULT_STATE_TIMEOUTS_S)
@@ -175,13 +196,15 @@ class Reconciler:
         t0 = time.monotonic()
         now = self.ctx.now()
         report = PassReport(now_ts=now)
-        recover_intents(self.ctx, now, report)
+        recover_intents(self.ctx, self.cloud, now, report)
         snap = observe(self.deps.observer, self.last_snapshot, now)
         report.stale = snap.stale
         owned, complete = list_owned(self.deps.clouds, self.controller, report)
         listed = {o.instance_id: o for o in owned}
         records = self.ctx.records(now)
-        intents = self.store.intents(kind="scale_up", since_ts=now - self.config.intent_window_s)
+        intents = self.store.intents(
+            kind=IntentKind.SCALE_UP, since_ts=now - self.config.intent_window_s
+        )
         operator = self.store.operator_state()
         splan = plan_sync(
             SyncInput(
@@ -204,7 +227,7 @@ class Reconciler:
             )
         )
         self._sweep_valve(splan.sweep_hold, operator.sweep_hold_reason, now, report)
-        self.actuator.apply_sync(splan, now, snap, report)
+        self.actuation.apply_sync(splan, now, snap, report)
         if splan.kills:
             # A group may launch a replacement as soon as it is told about a reclaimed or
             # terminated member: read the listing again so the plan's budgets count it.
@@ -217,8 +240,8 @@ class Reconciler:
         report.decisions = len(plan.decisions)
         report.decisions_recorded = self._record_decisions(plan, now)
         if not view.stale:
-            self.actuator.act(plan, view, listed, now, report)
-        register(self.deps, now, report)
+            self.actuation.act(plan, view, listed, now, report)
+        report.errors.extend(self.nodes.sync(now))
         self.accounting.run(view, now, report)
         self.runtimes.learn(self.accounting.closed, now)
         self.last_snapshot = view

@@ -1,43 +1,38 @@
-"""Cloud-call outcomes as the store keeps them on intents: the structured error code of a failed
-call, and the per-offer back-off those stored outcomes imply (rebuilt after a restart)."""
+"""The per-offer back-off the stored scale-up outcomes imply, rebuilt after a restart.
+
+It is read from each intent's stored error category. Rows completed before that column existed
+(migration 0007) have none; for them, and only them, the category is the prefix of the stored
+code, as it was then."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from provisioner.act.backoff_feed import BackoffSettings
-from provisioner.domain.errors import (
-    AuthError,
-    CapacityError,
-    CloudError,
-    NotFoundError,
-    QuotaError,
-    ThrottlingError,
-    TransientError,
-)
+from provisioner.domain.failures import ErrorCategory, error_code
+from provisioner.domain.intents import IntentKind, IntentStatus
 from provisioner.domain.offers import OfferKey
 from provisioner.domain.records import Intent
 from provisioner.plan.backoff import Backoff
 
-_CATEGORIES: tuple[tuple[type[CloudError], str], ...] = (
-    (CapacityError, "capacity"),
-    (QuotaError, "quota"),
-    (ThrottlingError, "throttling"),
-    (TransientError, "transient"),
-    (AuthError, "auth"),
-    (NotFoundError, "not_found"),
-)
+__all__ = ["error_code", "outcome_category", "rebuild_backoff"]
 
 
-def error_code(err: CloudError) -> str:
-    """A structured code for a failed cloud call: `<category>:<cloud code>` (the category is
-    the taxonomy class, so the back-off can be rebuilt from stored intents)."""
-    category = next((name for cls, name in _CATEGORIES if isinstance(err, cls)), "error")
-    return f"{category}:{err.code or type(err).__name__}"[:64]
+def _stored_code(it: Intent) -> str:
+    """The code of the error the outcome met: the failure's, or a partial fill's shortfall."""
+    if it.status is IntentStatus.FAILED:
+        return it.error_code
+    if it.status is IntentStatus.CONFIRMED:
+        return str(it.result.get("shortfall_code", ""))
+    return ""
 
 
-def _backs_off(code: str) -> bool:
-    return code.split(":", 1)[0] in ("capacity", "quota")
+def outcome_category(it: Intent) -> ErrorCategory | None:
+    """The category of the error a completed intent met (NONE: it met none)."""
+    if it.error_category is not None:
+        return it.error_category
+    code = _stored_code(it)  # a row from before the column: `<category>:<cloud code>`
+    return ErrorCategory.parse(code.split(":", 1)[0]) if code else ErrorCategory.NONE
 
 
 def rebuild_backoff(intents: Iterable[Intent], settings: BackoffSettings) -> Backoff:
@@ -45,15 +40,14 @@ def rebuild_backoff(intents: Iterable[Intent], settings: BackoffSettings) -> Bac
     b = Backoff()
     events: list[tuple[float, str, Intent]] = []
     for it in intents:
-        if it.kind != "scale_up" or not it.offer or it.completed_ts is None:
+        if it.kind is not IntentKind.SCALE_UP or not it.offer or it.completed_ts is None:
             continue
         events.append((it.completed_ts, it.token, it))
     for ts, _, it in sorted(events, key=lambda e: (e[0], e[1])):
         key = OfferKey.parse(it.offer)
-        short = str(it.result.get("shortfall_code", "")) if it.status == "confirmed" else ""
-        code = it.error_code if it.status == "failed" else short
-        if code and _backs_off(code):
-            b = b.record_failure(key, ts, settings.initial_s, settings.max_s, code)
-        elif it.status == "confirmed":
+        category = outcome_category(it)
+        if category is not None and category.backs_off:
+            b = b.record_failure(key, ts, settings.initial_s, settings.max_s, _stored_code(it))
+        elif it.status is IntentStatus.CONFIRMED:
             b = b.record_success(key)
     return b

@@ -10,28 +10,31 @@ from __future__ import annotations
 import logging
 
 from provisioner.act.actuator import terminate_instance
+from provisioner.act.cloud_actuator import CloudActuator
 from provisioner.act.ports import CloudState, OwnedInstance
 from provisioner.domain.errors import CloudError
+from provisioner.domain.failures import ErrorCategory, category_of, error_code
+from provisioner.domain.intents import IntentKind
 from provisioner.domain.offers import OfferKey
 from provisioner.domain.records import Intent
-from provisioner.reconcile.actuation import terminating_moves
 from provisioner.reconcile.context import PassContext, PassReport
-from provisioner.reconcile.outcomes import error_code
 
 log = logging.getLogger("provisioner.loop")
 
+RECOVER = ErrorCategory.RECOVER
 
-def recover_intents(ctx: PassContext, now: float, report: PassReport) -> None:
+
+def recover_intents(ctx: PassContext, cloud: CloudActuator, now: float, report: PassReport) -> None:
     """Intents still pending at the start of a pass were left by a pass that did not finish
     (a crash): find out from the cloud whether the call happened."""
     for it in ctx.store.pending_intents():
         try:
-            if it.kind == "scale_up":
+            if it.kind is IntentKind.SCALE_UP:
                 _recover_scale_up(ctx, it, now)
-            elif it.kind == "terminate":
-                _recover_terminate(ctx, it, now)
+            elif it.kind is IntentKind.TERMINATE:
+                _recover_terminate(ctx, cloud, it, now)
             else:
-                ctx.store.fail_intent(it.token, now, "unknown_kind", it.kind)
+                ctx.store.fail_intent(it.token, now, "unknown_kind", it.kind, category=RECOVER)
         except CloudError as err:
             report.errors.append(f"recover {it.token[:8]}: {error_code(err)}")
             log.warning("recovering intent %s failed: %s", it.token, err)
@@ -42,10 +45,10 @@ def _recover_scale_up(ctx: PassContext, it: Intent, now: float) -> None:
     ports = ctx.deps.clouds.get(pool.cloud) if pool is not None else None
     spec = ctx.spec(pool, OfferKey.parse(it.offer), it.decision_id) if pool else None
     if pool is None or ports is None or spec is None:
-        ctx.store.fail_intent(it.token, now, "recover:unknown_pool", it.pool)
+        ctx.store.fail_intent(it.token, now, "recover:unknown_pool", it.pool, category=RECOVER)
         return
     status = ports.capacity.group_status(spec)
-    target = int(it.payload.get("target", 0) or 0)
+    target = it.scale_up_payload.target
     if status.exists and status.desired >= target > 0:
         ctx.store.confirm(
             it.token, now, result={"added": it.nodes, "target": target, "recovered": True}
@@ -53,35 +56,35 @@ def _recover_scale_up(ctx: PassContext, it: Intent, now: float) -> None:
         log.info("recovered scale-up %s: the resize took effect", it.token)
     else:
         ctx.store.fail_intent(
-            it.token, now, "recover:not_sent", "the controller stopped before the cloud call"
+            it.token,
+            now,
+            "recover:not_sent",
+            "the controller stopped before the cloud call",
+            category=RECOVER,
         )
         log.info("recovered scale-up %s: the resize never happened", it.token)
 
 
-def _recover_terminate(ctx: PassContext, it: Intent, now: float) -> None:
-    p = it.payload
+def _recover_terminate(ctx: PassContext, cloud: CloudActuator, it: Intent, now: float) -> None:
+    p = it.terminate_payload
     owned = OwnedInstance(
         instance_id=it.instance_id,
-        cloud=str(p.get("cloud", "")),
-        region=str(p.get("region", "")),
-        zone=str(p.get("zone", "")),
-        instance_type=str(p.get("instance_type", "")),
+        cloud=p.cloud,
+        region=p.region,
+        zone=p.zone,
+        instance_type=p.instance_type,
         state=CloudState.RUNNING,
         launched_ts=0.0,
-        group=str(p.get("group", "")),
+        group=p.group,
     )
     ports = ctx.deps.clouds.get(owned.cloud)
     if ports is None:
-        ctx.store.fail_intent(it.token, now, "recover:unknown_cloud", owned.cloud)
+        ctx.store.fail_intent(it.token, now, "recover:unknown_cloud", owned.cloud, category=RECOVER)
         return
     ctx.store.check_fence()
     err = terminate_instance(owned, it.decision_id, ports.capacity)
     if err is not None:
-        ctx.store.fail_intent(it.token, now, error_code(err), str(err))
+        ctx.store.fail_intent(it.token, now, error_code(err), str(err), category=category_of(err))
         return
-    ctx.store.confirm(
-        it.token,
-        now,
-        transitions=terminating_moves(ctx.store, it.instance_id, str(p.get("reason", ""))),
-    )
+    ctx.store.confirm(it.token, now, transitions=cloud.terminating_moves(it.instance_id, p.reason))
     log.info("recovered termination of %s", it.instance_id)

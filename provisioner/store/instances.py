@@ -10,12 +10,20 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from provisioner.domain.failures import ErrorCategory
 from provisioner.domain.instances import (
     DEFAULT_STATE_TIMEOUTS_S,
     CloudInstance,
     InstanceOrigin,
     InstanceState,
     Transition,
+)
+from provisioner.domain.intents import (
+    IntentKind,
+    IntentPayload,
+    IntentStatus,
+    ScaleUpPayload,
+    TerminatePayload,
 )
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.records import Intent, StoredInstance
@@ -29,7 +37,7 @@ class InstanceStore(StoreBase):
 
     def record_intent(
         self,
-        kind: str,
+        kind: IntentKind,
         token: str,
         now_ts: float,
         *,
@@ -40,10 +48,12 @@ class InstanceStore(StoreBase):
         decision_id: str = "",
         team: str = "",
         price_usd_hr: Decimal | None = None,
-        payload: Mapping[str, Any] | None = None,
+        payload: IntentPayload | Mapping[str, Any] | None = None,
     ) -> Intent:
         """Write what is about to be asked of the cloud. Idempotent per token: recording the
         same token again returns the intent already stored."""
+        if isinstance(payload, ScaleUpPayload | TerminatePayload):
+            payload = payload.to_json()
         if not token:
             raise StoreError("an intent needs an idempotency token")
         with self.fenced_transaction() as s:
@@ -51,8 +61,8 @@ class InstanceStore(StoreBase):
             if row is None:
                 row = IntentRow(
                     token=token,
-                    kind=kind,
-                    status="pending",
+                    kind=str(kind),
+                    status=str(IntentStatus.PENDING),
                     pool=pool,
                     offer=str(offer) if offer is not None else "",
                     nodes=nodes,
@@ -65,6 +75,7 @@ class InstanceStore(StoreBase):
                     error_code="",
                     error="",
                     result={},
+                    error_category=None,
                 )
                 s.add(row)
             return _intent(row)
@@ -77,10 +88,12 @@ class InstanceStore(StoreBase):
         instances: Sequence[CloudInstance] = (),
         transitions: Sequence[tuple[str, InstanceState, str]] = (),
         result: Mapping[str, Any] | None = None,
+        category: ErrorCategory = ErrorCategory.NONE,
     ) -> Intent:
         """The cloud call of intent `token` took effect: store the instances it created and the
         lifecycle steps it caused, and mark the intent confirmed, all in one transaction.
-        Confirming twice is harmless: instances already stored are not duplicated."""
+        `category`: the error a partly filled call met (the shortfall's). Confirming twice is
+        harmless: instances already stored are not duplicated."""
         with self.fenced_transaction() as s:
             row = s.get(IntentRow, token)
             if row is None:
@@ -90,9 +103,10 @@ class InstanceStore(StoreBase):
                     s.add(_new_instance_row(inst, team=row.team, intent_token=token))
             for instance_id, to, reason in transitions:
                 _transition(s, instance_id, to, now_ts, reason)
-            if row.status != "confirmed":
-                row.status = "confirmed"
+            if row.status != IntentStatus.CONFIRMED:
+                row.status = str(IntentStatus.CONFIRMED)
                 row.completed_ts = now_ts
+                row.error_category = str(category)
                 merged = dict(row.result or {})
                 merged.update(result or {})
                 if instances:
@@ -102,16 +116,28 @@ class InstanceStore(StoreBase):
                 row.result = merged
             return _intent(row)
 
-    def fail_intent(self, token: str, now_ts: float, error_code: str, error: str = "") -> Intent:
+    def fail_intent(
+        self,
+        token: str,
+        now_ts: float,
+        error_code: str,
+        error: str = "",
+        *,
+        category: ErrorCategory | None = None,
+    ) -> Intent:
+        """A pending intent's call failed (or never happened). `category`, from the typed
+        error, is what the back-off is rebuilt from; without one the column stays NULL and the
+        intent reads like a row written before it existed."""
         with self.fenced_transaction() as s:
             row = s.get(IntentRow, token)
             if row is None:
                 raise NotFound(f"no intent with token {token!r}")
-            if row.status == "pending":
-                row.status = "failed"
+            if row.status == IntentStatus.PENDING:
+                row.status = str(IntentStatus.FAILED)
                 row.completed_ts = now_ts
                 row.error_code = error_code[:64]
                 row.error = error[:2000]
+                row.error_category = str(category) if category is not None else None
             return _intent(row)
 
     def intent(self, token: str) -> Intent | None:
@@ -119,18 +145,18 @@ class InstanceStore(StoreBase):
             row = s.get(IntentRow, token)
             return _intent(row) if row else None
 
-    def pending_intents(self, kind: str | None = None) -> list[Intent]:
-        q = select(IntentRow).where(IntentRow.status == "pending")
+    def pending_intents(self, kind: IntentKind | str | None = None) -> list[Intent]:
+        q = select(IntentRow).where(IntentRow.status == str(IntentStatus.PENDING))
         if kind:
-            q = q.where(IntentRow.kind == kind)
+            q = q.where(IntentRow.kind == str(kind))
         with self.reading() as s:
             return [_intent(r) for r in s.scalars(q.order_by(IntentRow.created_ts))]
 
     def intents(
         self,
         *,
-        kind: str | None = None,
-        status: str | None = None,
+        kind: IntentKind | str | None = None,
+        status: IntentStatus | str | None = None,
         since_ts: float | None = None,
         limit: int | None = None,
     ) -> list[Intent]:
@@ -138,9 +164,9 @@ class InstanceStore(StoreBase):
         recent scale-ups to adopt the instances they launched and to rebuild the back-off)."""
         q = select(IntentRow)
         if kind:
-            q = q.where(IntentRow.kind == kind)
+            q = q.where(IntentRow.kind == str(kind))
         if status:
-            q = q.where(IntentRow.status == status)
+            q = q.where(IntentRow.status == str(status))
         if since_ts is not None:
             q = q.where(IntentRow.created_ts >= since_ts)
         q = q.order_by(IntentRow.created_ts, IntentRow.token)
@@ -149,10 +175,10 @@ class InstanceStore(StoreBase):
         with self.reading() as s:
             return [_intent(r) for r in s.scalars(q)]
 
-    def failed_intent_counts(self, kind: str = "scale_up") -> dict[str, int]:
+    def failed_intent_counts(self, kind: IntentKind | str = IntentKind.SCALE_UP) -> dict[str, int]:
         q = (
             select(IntentRow.error_code, func.count())
-            .where(IntentRow.status == "failed", IntentRow.kind == kind)
+            .where(IntentRow.status == str(IntentStatus.FAILED), IntentRow.kind == str(kind))
             .group_by(IntentRow.error_code)
         )
         with self.reading() as s:
@@ -255,8 +281,8 @@ class InstanceStore(StoreBase):
 def _intent(r: IntentRow) -> Intent:
     return Intent(
         token=r.token,
-        kind=r.kind,
-        status=r.status,
+        kind=IntentKind(r.kind),
+        status=IntentStatus(r.status),
         created_ts=r.created_ts,
         pool=r.pool,
         offer=r.offer,
@@ -270,6 +296,7 @@ def _intent(r: IntentRow) -> Intent:
         error_code=r.error_code,
         error=r.error,
         result=dict(r.result or {}),
+        error_category=ErrorCategory.parse(r.error_category),
     )
 
 

@@ -126,8 +126,8 @@ class IntentRow(Base):
     __tablename__ = "intents"
 
     token: Mapped[str] = mapped_column(String(128), primary_key=True)
-    kind: Mapped[str] = mapped_column(String(32))  # scale_up | drain | terminate
-    status: Mapped[str] = mapped_column(String(16), index=True)  # pending|confirmed|failed
+    kind: Mapped[str] = mapped_column(String(32))  # domain.intents.IntentKind
+    status: Mapped[str] = mapped_column(String(16), index=True)  # IntentStatus
     pool: Mapped[str] = mapped_column(String(64), default="")
     offer: Mapped[str] = mapped_column(String(256), default="")
     nodes: Mapped[int] = mapped_column(Integer, default=0)
@@ -141,6 +141,9 @@ class IntentRow(Base):
     error_code: Mapped[str] = mapped_column(String(64), default="")
     error: Mapped[str] = mapped_column(Text, default="")
     result: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # domain.failures.ErrorCategory of the outcome ('' for none), set when the intent completes;
+    # NULL while pending and on rows completed before migration 0007.
+    error_category: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class InstanceRow(Base):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from provisioner.domain.jobs import Job, JobState
-from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.domain.records import JobUsage
+from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.reconcile.runtime_learning import RuntimeLearner
 
 

@@ -1,0 +1,35 @@
+"""`JobControl` over scontrol: widen a pending job's partition list."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from provisioner.command_runner import CommandResult, CommandRunner, CommandTimeout
+from provisioner.register.slurm_control import SlurmControlError
+
+
+class ScontrolJobControl:
+    """`scontrol update jobid=<id> partition=<a,b>` through the injected runner."""
+
+    def __init__(
+        self, runner: CommandRunner, *, timeout_s: float = 15.0, scontrol: str = "scontrol"
+    ) -> None:
+        self._runner = runner
+        self._timeout_s = timeout_s
+        self._scontrol = scontrol
+
+    def set_partitions(self, job_id: str, partitions: Sequence[str]) -> None:
+        parts = [p for p in partitions if p]
+        if not job_id or not job_id.replace("_", "").isalnum() or not parts:
+            raise ValueError(f"bad job update: {job_id!r} -> {partitions!r}")
+        if any(not p.replace("-", "").replace("_", "").isalnum() for p in parts):
+            raise ValueError(f"bad partition names: {parts!r}")
+        argv = [self._scontrol, "update", f"jobid={job_id}", f"partition={','.join(parts)}"]
+        try:
+            res: CommandResult = self._runner.run(argv, timeout_s=self._timeout_s)
+        except CommandTimeout as exc:
+            raise SlurmControlError(str(exc), argv=argv) from None
+        except OSError as exc:
+            raise SlurmControlError(f"`{' '.join(argv)}` could not run: {exc}", argv=argv) from None
+        if not res.ok:
+            raise SlurmControlError(res.describe(), argv=argv, returncode=res.returncode)
