@@ -4,18 +4,26 @@ has no business in a response)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from provisioner.domain.errors import ProvisionerError
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 64-GPU telemetry payload is about 60 KB
 
 
-class BodyTooLarge(Exception):
-    pass
+class BodyTooLarge(ProvisionerError):
+    """A request body past the limit. Normally answered by `MaxBodySize` itself; should a route
+    see it first, `api/errors.py` gives the same 413 and message."""
+
+    http_status = 413
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"request body over {limit} bytes")
 
 
 class MaxBodySize:
@@ -43,7 +51,7 @@ class MaxBodySize:
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.limit:
-                    raise BodyTooLarge
+                    raise BodyTooLarge(self.limit)
             return msg
 
         async def tracking(msg: Message) -> None:
@@ -59,7 +67,8 @@ class MaxBodySize:
                 await self._too_large(send)
 
     async def _too_large(self, send: Send) -> None:
-        body = f'{{"detail":"request body over {self.limit} bytes"}}'.encode()
+        detail = {"detail": BodyTooLarge(self.limit).user_message}
+        body = json.dumps(detail, separators=(",", ":")).encode()
         await send(
             {
                 "type": "http.response.start",
@@ -83,11 +92,8 @@ def validation_detail(errors: Any) -> list[dict[str, Any]]:
 
 
 def install(app: FastAPI, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
-    @app.exception_handler(RequestValidationError)
-    async def _request_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": validation_detail(exc.errors())}, status_code=422)
-
+    """The body limit. Validation errors are answered by `api/errors.py`, with the others."""
     app.add_middleware(MaxBodySize, limit=max_body_bytes)
 
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "MaxBodySize", "install", "validation_detail"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyTooLarge", "MaxBodySize", "install", "validation_detail"]

@@ -15,17 +15,16 @@ tokens may push for any node.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import HTTPException
 
 from provisioner.api.auth import Principal, Role
+from provisioner.api.deps import ApiDeps
+from provisioner.api.telemetry_views import policy_of
 from provisioner.config.models import Telemetry
 from provisioner.domain.telemetry import GpuTelemetry
 from provisioner.store.telemetry_ingest import record_payload
-
-if TYPE_CHECKING:
-    from provisioner.api.app import ApiDeps
 
 
 def _unprocessable(loc: list[str | int], msg: str) -> HTTPException:
@@ -73,8 +72,6 @@ def check_bounds(payload: GpuTelemetry, limits: Telemetry, now_ts: float) -> Non
 def ingest(
     deps: ApiDeps, principal: Principal, payload: GpuTelemetry, policy_limits: Telemetry
 ) -> dict[str, Any]:
-    from provisioner.api.telemetry_views import policy_of
-
     now = deps.clock.now().timestamp()
     check_sender(principal, payload)
     check_bounds(payload, policy_limits, now)

@@ -1,43 +1,29 @@
-"""GPU waste and health views: `GET /v1/gpus/waste`, `GET /v1/gpus/alerts` (viewer), and the
-`provisioner_gpu_*` metrics, all from the telemetry the NVML agents pushed (see
-`provisioner.account.gpu_waste`).
+"""GPU waste and health renderings (for `GET /v1/gpus/waste`, `GET /v1/gpus/alerts` in
+`routes/gpus.py` and the console) and the `provisioner_gpu_*` metrics, all from the telemetry
+the NVML agents pushed (see `provisioner.account.gpu_waste`).
 
-`create_app` includes `telemetry_router(require(Role.VIEWER))`, registers `GpuCollector` in its
-metrics registry, and calls `record_payload` from `POST /v1/telemetry`. The policy (thresholds,
-prices, teams) comes from `ApiDeps.policy`; without one the defaults of `Policy()` apply.
+`create_app` registers `GpuCollector` in its metrics registry. The policy (thresholds, prices,
+teams) comes from `ApiDeps.policy`; without one the defaults of `Policy()` apply.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import replace
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from collections.abc import Iterator
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from provisioner.account.gpu_waste import (
-    DEFAULT_ALERT_MAX_AGE_S,
     AlertsReport,
     WasteItem,
     WasteReport,
     gpu_alerts,
     gpu_waste,
 )
+from provisioner.api.deps import ApiDeps, now_ts
 from provisioner.api.render import iso
 from provisioner.config.models import Policy
-from provisioner.domain.telemetry import DEFAULT_MAX_AGE_S
-
-if TYPE_CHECKING:
-    from provisioner.api.app import ApiDeps
-
-MAX_AGE_LIMIT_S = 7 * 86_400.0
-NodeQuery = Annotated[str | None, Query(max_length=128, description="Only this node.")]
-TeamQuery = Annotated[str | None, Query(max_length=128, description="Only this team.")]
-MaxAgeQuery = Annotated[
-    float, Query(gt=0, le=MAX_AGE_LIMIT_S, description="Ignore telemetry older than this.")
-]
 
 
 def policy_of(deps: ApiDeps) -> Policy:
@@ -50,15 +36,6 @@ def policy_of(deps: ApiDeps) -> Policy:
         return p
     got = p()
     return got if isinstance(got, Policy) else Policy()
-
-
-def _deps(request: Request) -> ApiDeps:
-    deps: ApiDeps = request.app.state.deps
-    return deps
-
-
-def _now(deps: ApiDeps) -> float:
-    return deps.clock.now().timestamp()
 
 
 # --------------------------------------------------------------------------- rendering
@@ -135,54 +112,6 @@ def alerts_dict(r: AlertsReport, now_ts: float, max_age_s: float) -> dict[str, A
     }
 
 
-# --------------------------------------------------------------------------- router
-
-
-def telemetry_router(viewer: Callable[..., Any]) -> APIRouter:
-    """The `/gpus/*` routes; `viewer` is the app's viewer-role dependency."""
-    r = APIRouter(tags=["telemetry"], dependencies=[Depends(viewer)])
-
-    @r.get(
-        "/gpus/waste",
-        summary="GPUs allocated by Slurm but idle per NVML: per node, job and team, with the "
-        "idle time and the $ it burns",
-    )
-    def waste(
-        request: Request,
-        node: NodeQuery = None,
-        team: TeamQuery = None,
-        max_age_s: MaxAgeQuery = DEFAULT_MAX_AGE_S,
-    ) -> dict[str, Any]:
-        deps = _deps(request)
-        now = _now(deps)
-        report = gpu_waste(deps.store, policy_of(deps), now, max_age_s, node)
-        if team is not None:
-            report = replace(report, items=tuple(i for i in report.items if i.team == team))
-        return waste_dict(report, now, max_age_s)
-
-    @r.get(
-        "/gpus/alerts",
-        summary="GPU health alerts (temperature, ECC, Xid, row remapping, lost GPUs) from the "
-        "latest telemetry, with the policy's thresholds",
-    )
-    def alerts(
-        request: Request,
-        node: NodeQuery = None,
-        severity: Annotated[Literal["warning", "critical"] | None, Query()] = None,
-        max_age_s: MaxAgeQuery = DEFAULT_ALERT_MAX_AGE_S,
-    ) -> dict[str, Any]:
-        deps = _deps(request)
-        now = _now(deps)
-        report = gpu_alerts(deps.store, policy_of(deps), now, max_age_s, node)
-        if severity is not None:
-            report = replace(
-                report, alerts=tuple(x for x in report.alerts if x[0].severity == severity)
-            )
-        return alerts_dict(report, now, max_age_s)
-
-    return r
-
-
 # --------------------------------------------------------------------------- metrics
 
 
@@ -195,7 +124,7 @@ class GpuCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         deps = self.deps
-        now = _now(deps)
+        now = now_ts(deps)
         policy = policy_of(deps)
         waste = gpu_waste(deps.store, policy, now)
         idle = GaugeMetricFamily(
@@ -231,4 +160,4 @@ class GpuCollector(Collector):
         yield alerts
 
 
-__all__ = ["GpuCollector", "alerts_dict", "policy_of", "telemetry_router", "waste_dict"]
+__all__ = ["GpuCollector", "alerts_dict", "policy_of", "waste_dict"]

@@ -21,10 +21,10 @@ from fastapi.templating import Jinja2Templates
 
 from provisioner.account.focus import FocusOptions, iter_focus_csv
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, report_to_csv
-from provisioner.api.app import ApiDeps
 from provisioner.api.auth import Role, verify_token
 from provisioner.api.console import views
 from provisioner.api.console.sessions import COOKIE, Session, Sessions, can_operate, csrf_ok
+from provisioner.api.deps import ApiDeps
 
 log = logging.getLogger("provisioner.console")
 HERE = Path(__file__).resolve().parent

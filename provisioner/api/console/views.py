@@ -19,7 +19,7 @@ from provisioner.account.budgets import CLOUD_KINDS, budget_status
 from provisioner.account.gpu_waste import DEFAULT_ALERT_MAX_AGE_S, gpu_alerts, gpu_waste
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, parse_kinds
 from provisioner.api import render
-from provisioner.api.app import ApiDeps
+from provisioner.api.deps import ApiDeps
 from provisioner.api.telemetry_views import alerts_dict, policy_of, waste_dict
 from provisioner.domain.nodes import NodeKind
 from provisioner.domain.telemetry import DEFAULT_MAX_AGE_S

@@ -1,0 +1,63 @@
+"""What the API is built from (`ApiDeps`), and how a route reaches it.
+
+Everything the app needs comes in `ApiDeps` (store, clock, the dry-run planner, ...), so tests
+and the controller build it the same way and nothing is read from the environment here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+
+from provisioner.account.focus import FocusOptions
+from provisioner.api.edge import DEFAULT_MAX_BODY_BYTES
+from provisioner.clock import Clock
+from provisioner.config.models import Policy
+from provisioner.domain.plan import Plan
+from provisioner.domain.snapshot import ClusterSnapshot
+from provisioner.store import Store
+
+
+@dataclass
+class ApiDeps:
+    """What the API is built from. Only `store` and `clock` are required.
+
+    - `planner`: returns the plan the controller would make now (for `POST /v1/plan`, a dry run:
+      it must not act). None: the endpoint answers 503.
+    - `snapshot`: the latest observed `ClusterSnapshot`, for the demand and node metrics.
+    - `status_extra`: more fields for `/v1/status` (e.g. the loop's last pass).
+    - `metrics_public`: serve `/metrics` without a token (default: viewer token needed).
+    - `policy`: the policy (or a callable giving the current one) for the GPU waste and health
+      views; None: `Policy()` defaults.
+    """
+
+    store: Store
+    clock: Clock
+    planner: Callable[[], Plan] | None = None
+    snapshot: Callable[[], ClusterSnapshot | None] | None = None
+    status_extra: Callable[[], Mapping[str, Any]] | None = None
+    focus: FocusOptions = field(default_factory=FocusOptions)
+    metrics_public: bool = False
+    version: str = "0.1.0"
+    title: str = "GPU burst provisioner"
+    policy: Policy | Callable[[], Policy] | None = None
+    # Swagger UI at /docs loads its script from a CDN (no integrity check, and it breaks
+    # offline), so it is off unless asked for; /openapi.json is always served.
+    docs: bool = False
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+def deps_of(request: Request) -> ApiDeps:
+    """The `ApiDeps` the app serving `request` was built from."""
+    deps: ApiDeps = request.app.state.deps
+    return deps
+
+
+def now_ts(deps: ApiDeps) -> float:
+    return deps.clock.now().timestamp()
+
+
+__all__ = ["ApiDeps", "deps_of", "now_ts"]

@@ -1,0 +1,77 @@
+"""Cost reports and budgets (`render.report_dict`, `render.budget_dict`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
+
+from provisioner.api.schemas.common import IsoTime, Money, Out
+
+# A group key appears in a row only when the report is grouped by it.
+GroupValue = str | SkipJsonSchema[None]
+
+
+class ReportRowOut(Out):
+    """One group: its key values (only the keys grouped by), its cost and its ledger rows."""
+
+    team: GroupValue = None
+    account: GroupValue = None
+    user: GroupValue = None
+    partition: GroupValue = None
+    cloud: GroupValue = None
+    region: GroupValue = None
+    pool: GroupValue = None
+    kind: GroupValue = None
+    day: GroupValue = Field(default=None, description="YYYY-MM-DD (UTC)")
+    cost_usd: Money
+    ledger_rows: int
+
+
+class CostReportOut(Out):
+    from_: IsoTime | None = Field(alias="from")
+    to: IsoTime | None
+    group_by: list[
+        Literal["team", "account", "user", "partition", "cloud", "region", "pool", "kind", "day"]
+    ]
+    kinds: list[str] | None = Field(description="The kinds asked for; null: all of them.")
+    currency: Literal["USD"]
+    total_usd: Money
+    ledger_rows: int
+    rows: list[ReportRowOut]
+
+
+class GlobalBudgetOut(Out):
+    usd_per_hour_cap: Money | None
+    burn_usd_hr: Money | None
+    headroom_usd_hr: Money | None
+
+
+class TeamBudgetOut(Out):
+    team: str
+    monthly_usd: Money | None
+    spent_usd: Money
+    burn_usd_hr: Money | None
+    forecast_usd: Money
+    headroom_usd: Money | None
+    used_ratio: float | None
+    over_forecast: bool
+
+
+class BudgetsOut(Out):
+    now: IsoTime | None
+    month_start: IsoTime | None
+    month_end: IsoTime | None
+    hours_left: float
+    global_: GlobalBudgetOut = Field(alias="global")
+    teams: list[TeamBudgetOut]
+
+
+__all__ = [
+    "BudgetsOut",
+    "CostReportOut",
+    "GlobalBudgetOut",
+    "ReportRowOut",
+    "TeamBudgetOut",
+]
