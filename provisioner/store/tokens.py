@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 
 from provisioner.domain.records import TokenRecord
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import ApiTokenRow
+from provisioner.store.records import StoreError
 
 
 class TokenStore(StoreBase):
     # ------------------------------------------------------------------ API tokens
 
     def add_token(self, rec: TokenRecord) -> None:
+        """Add a token; a token id already in use is refused with StoreError (nothing changes)."""
+        if self.token(rec.token_id) is not None:
+            raise StoreError(f"token {rec.token_id} already exists")
+        try:
+            self._insert_token(rec)
+        except IntegrityError:  # added by someone else between the check and the insert
+            raise StoreError(f"token {rec.token_id} already exists") from None
+
+    def _insert_token(self, rec: TokenRecord) -> None:
         with self.transaction() as s:
             s.add(
                 ApiTokenRow(
