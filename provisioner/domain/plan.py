@@ -74,6 +74,20 @@ class Decision:
     team_headroom_usd: Decimal | None = None
     team: str = ""
     detail: Mapping[str, str] = field(default_factory=dict)
+    # What the decision is about, besides its jobs: typed, so code never reads them out of
+    # `detail` (which is for people). Empty when it does not apply.
+    pool: str = ""
+    node: str = ""
+    instance: str = ""
+
+    @property
+    def about(self) -> dict[str, str]:
+        """pool, node and instance, where set: with `detail`, what a rendering shows."""
+        return {
+            k: v
+            for k, v in (("pool", self.pool), ("node", self.node), ("instance", self.instance))
+            if v
+        }
 
     @property
     def wait_is_lower_bound(self) -> bool:

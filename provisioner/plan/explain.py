@@ -39,7 +39,7 @@ def decision_to_dict(d: Decision) -> dict[str, Any]:
         "wait_saved_s": _num(d.wait_saved_s),
         "global_headroom_usd_hr": _dec(d.global_headroom_usd_hr),
         "team_headroom_usd": _dec(d.team_headroom_usd),
-        "detail": dict(d.detail),
+        "detail": {**d.about, **d.detail},
     }
 
 
@@ -134,7 +134,7 @@ def plan_table(p: Plan) -> None:
         )
         table.add_row(
             d.reason.value,
-            ",".join(d.job_ids[:3]) or d.detail.get("node", ""),
+            ",".join(d.job_ids[:3]) or d.node,
             (">" if d.wait_is_lower_bound else "") + _fmt_s(d.predicted_wait_s),
             _fmt_s(d.wait_budget_s),
             str(d.chosen or ""),

@@ -229,7 +229,8 @@ class _Planner:
         if kw.get("predicted_wait_s") is not None and any(j in self._beyond for j in job_ids):
             detail = kw["detail"] = {**detail, LOWER_BOUND: "true"}
         # Decisions without jobs (drain, terminate, keep) are told apart by what they are about.
-        about = [f"{k}={v}" for k, v in sorted(detail.items())] if not job_ids else []
+        where = {k: str(kw[k]) for k in ("pool", "node", "instance") if kw.get(k)}
+        about = [f"{k}={v}" for k, v in sorted({**where, **detail}.items())] if not job_ids else []
         d = Decision(
             decision_id=decision_id(
                 self.now, reason, *job_ids, *about, str(kw.get("chosen") or "")
@@ -515,7 +516,8 @@ class _Planner:
                         ReasonCode.COVERED_BY_INFLIGHT,
                         (job.job_id,),
                         chosen=slot.key,
-                        detail={"pool": slot.pool, "node": slot.node_name},
+                        pool=slot.pool,
+                        node=slot.node_name,
                         predicted_wait_s=wait_s,
                         wait_budget_s=budget,
                         team=team,
@@ -628,7 +630,8 @@ class _Planner:
                 global_headroom_usd_hr=self.budget.global_headroom(),
                 team_headroom_usd=team_room,
                 team=g.team,
-                detail={"pool": g.cand.pool, "boot_s": f"{g.cand.boot_s:.0f}", **g.runtime},
+                pool=g.cand.pool,
+                detail={"boot_s": f"{g.cand.boot_s:.0f}", **g.runtime},
             )
             self.actions.append(
                 ScaleUp(
@@ -730,9 +733,10 @@ class _Planner:
             jobs = jobs_on.get(node.name, [])
             job_ids = tuple(j.job_id for j in jobs)
             team = self.policy.budgets.team_for(jobs[0].account if jobs else "")
-            about = {"by": "slurm", "node": node.name, "pool": pool.name}
+            about = {"by": "slurm"}
+            where = {"node": node.name, "pool": pool.name}
             if self.snap.paused:
-                self._decide(ReasonCode.BLOCKED_PAUSED, job_ids, team=team, detail=about)
+                self._decide(ReasonCode.BLOCKED_PAUSED, job_ids, team=team, detail=about, **where)
                 continue
             gpus = node.gpus or 1
             model = (pool.gpu_model or node.gpu_type or self.onprem_model).lower()
@@ -764,6 +768,7 @@ class _Planner:
                     global_headroom_usd_hr=self.budget.global_headroom(),
                     team_headroom_usd=self.budget.team_headroom.get(team),
                     detail=about,
+                    **where,
                 )
                 continue
             expected = _usd(chosen.expected_cost(runtime, self.policy.spot))
@@ -779,6 +784,7 @@ class _Planner:
                 team_headroom_usd=self.budget.team_headroom.get(team),
                 team=team,
                 detail=about,
+                **where,
             )
             self.actions.append(
                 ScaleUp(
@@ -802,7 +808,7 @@ class _Planner:
             if node.state is NodeState.DRAINED or (
                 node.state is NodeState.DRAINING and node.gpus_alloc == 0
             ):
-                d = self._decide(ReasonCode.TERMINATE_DRAINED, (), detail={"node": node.name})
+                d = self._decide(ReasonCode.TERMINATE_DRAINED, (), node=node.name)
                 self.actions.append(Terminate(node.name, node.instance_id, node.pool, d))
                 continue
             if node.state is not NodeState.IDLE or node.gpus_alloc > 0 or node.name in claimed:
@@ -814,8 +820,8 @@ class _Planner:
                 self._decide(
                     ReasonCode.KEEP_GPU_BUSY,
                     (),
+                    node=node.name,
                     detail={
-                        "node": node.name,
                         "why": "NVML shows GPU load" if nvml_idle is False else "no NVML sample",
                     },
                 )
@@ -823,7 +829,8 @@ class _Planner:
             d = self._decide(
                 ReasonCode.SCALE_DOWN_IDLE,
                 (),
-                detail={"node": node.name, "idle_s": f"{now - node.idle_since_ts:.0f}"},
+                node=node.name,
+                detail={"idle_s": f"{now - node.idle_since_ts:.0f}"},
             )
             self.actions.append(Drain(node.name, node.instance_id, node.pool, d))
         for inst in self.snap.instances:
@@ -831,7 +838,8 @@ class _Planner:
                 d = self._decide(
                     ReasonCode.JOIN_TIMEOUT,
                     (),
-                    detail={"instance": inst.instance_id, "state": inst.state.value},
+                    instance=inst.instance_id,
+                    detail={"state": inst.state.value},
                 )
                 self.actions.append(Terminate(inst.node_name, inst.instance_id, inst.pool, d))
 

@@ -102,7 +102,8 @@ class PassActuation:
                         Decision(
                             did,
                             reason,
-                            detail={"instance": k.instance_id, "why": k.reason, "by": "sync"},
+                            instance=k.instance_id,
+                            detail={"why": k.reason, "by": "sync"},
                         )
                     ],
                     now,
@@ -158,7 +159,7 @@ class PassActuation:
                 log.warning("scale-up for %s failed: %s", su.pool, exc)
         for d in plan.decisions:
             if d.reason is ReasonCode.COVERED_BY_INFLIGHT:
-                pool = self.ctx.pool(d.detail.get("pool", ""))
+                pool = self.ctx.pool(d.pool)
                 if pool is not None:
                     _add(report, self.slurm.move_jobs(d.job_ids, pool.partition, jobs))
         for dr in plan.drains:

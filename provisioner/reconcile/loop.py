@@ -269,9 +269,7 @@ class Reconciler:
         keep: list[Decision] = []
         subjects: set[str] = set()
         for d in plan.decisions:
-            subject = (
-                ",".join(d.job_ids) or d.detail.get("node", "") or d.detail.get("instance", "")
-            )
+            subject = ",".join(d.job_ids) or d.node or d.instance
             subject = subject or str(d.reason)
             subjects.add(subject)
             sig = (str(d.reason), str(d.chosen or ""), d.detail.get("why", ""))

@@ -69,6 +69,7 @@ from provisioner.domain.instances import (
     Transition,
     join_timed_out,
 )
+from provisioner.domain.intents import IntentKind, IntentStatus
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, Offer, OfferKey
 from provisioner.domain.records import Intent, StoredInstance
@@ -191,9 +192,9 @@ def plan_adoptions(
             used[r.intent_token] = used.get(r.intent_token, 0) + 1
     by_group: dict[str, list[Intent]] = {}
     for it in intents:
-        if it.kind != "scale_up" or it.status == "failed":
+        if it.kind != IntentKind.SCALE_UP or it.status == IntentStatus.FAILED:
             continue
-        grp = str(it.payload.get("group", ""))
+        grp = it.scale_up_payload.group
         if grp:
             by_group.setdefault(grp, []).append(it)
     out: list[Adopt] = []
@@ -239,8 +240,8 @@ def _adopted(o: OwnedInstance, it: Intent, now_ts: float) -> CloudInstance:
         instance_id=o.instance_id,
         pool=it.pool,
         offer=OfferKey.parse(it.offer),
-        gpu_model=str(it.payload.get("gpu_model", "")),
-        gpus=int(it.payload.get("gpus", 0) or 0),
+        gpu_model=it.scale_up_payload.gpu_model,
+        gpus=it.scale_up_payload.gpus,
         price_usd_hr=it.price_usd_hr if it.price_usd_hr is not None else Decimal(0),
         state=S.ALLOCATED if running else S.REQUESTED,
         launched_ts=it.created_ts,

@@ -103,7 +103,12 @@ def _fill_decision(row: DecisionRow, d: Decision) -> None:
     row.wait_saved_s = d.wait_saved_s
     row.global_headroom_usd_hr = d.global_headroom_usd_hr
     row.team_headroom_usd = d.team_headroom_usd
-    row.detail = {str(k): str(v) for k, v in d.detail.items()}
+    # The detail column also keeps what the decision is about (pool, node, instance), under
+    # the keys rows have always had; they are read back into the typed fields.
+    row.detail = {str(k): str(v) for k, v in {**d.about, **d.detail}.items()}
+
+
+_ABOUT = ("pool", "node", "instance")
 
 
 def _rejection(value: object) -> Rejection | None:
@@ -141,6 +146,9 @@ def _decision(r: DecisionRow) -> StoredDecision:
         global_headroom_usd_hr=r.global_headroom_usd_hr,
         team_headroom_usd=r.team_headroom_usd,
         team=r.team,
-        detail=dict(r.detail or {}),
+        detail={k: v for k, v in (r.detail or {}).items() if k not in _ABOUT},
+        pool=str((r.detail or {}).get("pool", "")),
+        node=str((r.detail or {}).get("node", "")),
+        instance=str((r.detail or {}).get("instance", "")),
     )
     return StoredDecision(d, r.created_ts, r.iac_review, r.iac_review_format, r.reason)

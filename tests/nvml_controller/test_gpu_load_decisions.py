@@ -87,7 +87,7 @@ def test_slurm_idle_but_nvml_busy_keeps_the_burst_node(store):
     assert not [a for a in p.actions if isinstance(a, Drain)]
     (d,) = scale_down(p)
     assert d.reason is ReasonCode.KEEP_GPU_BUSY
-    assert d.detail == {"node": "cloud-1", "why": "NVML shows GPU load"}
+    assert (d.node, d.detail) == ("cloud-1", {"why": "NVML shows GPU load"})
 
 
 def test_slurm_idle_and_nvml_idle_drains_the_burst_node(store):

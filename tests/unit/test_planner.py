@@ -187,7 +187,7 @@ def test_scale_down_needs_slurm_and_nvml_idle() -> None:
     assert [a.node for a in p.actions if isinstance(a, Drain)] == ["b1"]
     assert [a.node for a in p.actions if isinstance(a, Terminate)] == ["b4"]
     kept = [d for d in p.decisions if d.reason is ReasonCode.KEEP_GPU_BUSY]
-    assert [d.detail["node"] for d in kept] == ["b2"]
+    assert [d.node for d in kept] == ["b2"]
 
 
 def test_no_nvml_sample_blocks_scale_down_when_required() -> None:
@@ -335,7 +335,7 @@ def test_a_node_slurm_powers_up_gets_the_cheapest_allowed_offer_from_plan() -> N
     assert up.offer == OfferKey("aws", "us-east-1", "a2-1g", CapacityType.SPOT)
     d = up.decision
     assert d.reason is ReasonCode.BURST_URGENT and d.team == "research"
-    assert d.detail == {"by": "slurm", "node": "cloud-aws-1", "pool": "aws-a100"}
+    assert (d.node, d.pool, d.detail) == ("cloud-aws-1", "aws-a100", {"by": "slurm"})
 
 
 def test_a_node_slurm_powers_up_cannot_spend_past_its_team_budget() -> None:
@@ -349,7 +349,7 @@ def test_a_node_slurm_powers_up_cannot_spend_past_its_team_budget() -> None:
         T0,
     )
     assert not p.scale_ups
-    (d,) = [d for d in p.decisions if d.detail.get("node") == "cloud-aws-1"]
+    (d,) = [d for d in p.decisions if d.node == "cloud-aws-1"]
     assert d.reason is ReasonCode.BLOCKED_TEAM_BUDGET and d.job_ids == ("s1",)
     # another team's job on the same kind of node is not blocked by research's budget
     other = placed("s2", "cloud-aws-1", account="other")
