@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from provisioner.domain.errors import InvalidArgument
+
 
 class Clock(Protocol):
     def now(self) -> datetime: ...
@@ -23,7 +25,7 @@ class ManualClock:
     def __init__(self, start: datetime | None = None) -> None:
         self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
         if self._now.tzinfo is None:
-            raise ValueError("ManualClock needs a timezone-aware UTC datetime")
+            raise InvalidArgument("ManualClock needs a timezone-aware UTC datetime")
 
     def now(self) -> datetime:
         return self._now
@@ -34,7 +36,7 @@ class ManualClock:
 
     def set(self, when: datetime) -> None:
         if when.tzinfo is None:
-            raise ValueError("ManualClock needs a timezone-aware UTC datetime")
+            raise InvalidArgument("ManualClock needs a timezone-aware UTC datetime")
         self._now = when
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.instances import CloudInstance, InstanceOrigin, InstanceState
 from provisioner.domain.money import cost_for_seconds
 from provisioner.domain.records import LedgerKind
@@ -71,7 +72,7 @@ def month_start(ts: float) -> float:
 
 def check_ts(ts: float, what: str) -> float:
     if not (math.isfinite(ts) and 0 <= ts < MAX_TS):
-        raise ValueError(f"{what} {ts!r} is not a POSIX time between 1970 and 2286")
+        raise InvalidArgument(f"{what} {ts!r} is not a POSIX time between 1970 and 2286")
     return ts
 
 

@@ -22,6 +22,7 @@ from provisioner.act.backoff_feed import BackoffSettings
 from provisioner.act.pool_specs import OfferSpecs
 from provisioner.act.ports import OwnedInstance, PoolSpec, request_token
 from provisioner.config.models import PoolPolicy
+from provisioner.domain.errors import UnknownName
 from provisioner.domain.failures import ErrorCategory, category_of, error_code
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.intents import IntentKind, ScaleUpPayload, TerminatePayload
@@ -102,7 +103,7 @@ class CloudActuator:
             return ScaleUpResult(pool, ports, errors=(f"scale-up {su.pool}: no cloud port",))
         try:
             specs = self._fallback_specs(su, pool)
-        except KeyError as exc:  # no boot image configured for the region
+        except UnknownName as exc:  # no boot image configured for the region
             self._failed_without_call(su, "config:no_image", ErrorCategory.CONFIG, now, str(exc))
             return ScaleUpResult(pool, ports, errors=(f"scale-up {su.pool}: {exc}",))
         did = su.decision.decision_id

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 from provisioner.act.ports import PoolDriver, PoolSpec
+from provisioner.domain.errors import UnknownName
 
 DriverKind = Literal["pulumi", "sdk"]
 Which = Callable[[str], str | None]
@@ -22,7 +23,7 @@ class SdkPoolDriver:
         try:
             return self.by_cloud[spec.cloud]
         except KeyError:
-            raise KeyError(f"no pool driver configured for cloud {spec.cloud!r}") from None
+            raise UnknownName(f"no pool driver configured for cloud {spec.cloud!r}") from None
 
     def ensure(self, spec: PoolSpec) -> None:
         self._for(spec).ensure(spec)

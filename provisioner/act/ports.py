@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from provisioner.domain.errors import CloudError
+from provisioner.domain.errors import CloudError, InvalidArgument
 from provisioner.domain.offers import CapacityType, OfferKey
 
 # Tag (AWS) / label (GCP) keys every resource carries. GCP label keys and values allow only
@@ -83,9 +83,9 @@ class PoolSpec:
 
     def __post_init__(self) -> None:
         if self.cloud not in ("aws", "gcp"):
-            raise ValueError(f"pool {self.pool}: unknown cloud {self.cloud!r}")
+            raise InvalidArgument(f"pool {self.pool}: unknown cloud {self.cloud!r}")
         if self.max_size < 0 or self.gpus < 0:
-            raise ValueError(f"pool {self.pool}: max_size and gpus must be >= 0")
+            raise InvalidArgument(f"pool {self.pool}: max_size and gpus must be >= 0")
 
     @property
     def offer(self) -> OfferKey:

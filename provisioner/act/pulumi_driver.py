@@ -21,7 +21,7 @@ from tenacity import Retrying
 
 from provisioner.act.ports import PoolSpec
 from provisioner.act.retry import call_mapped, cloud_retrying
-from provisioner.domain.errors import CloudError, TransientError
+from provisioner.domain.errors import CloudError, InputError, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def load_pool_program(infra_dir: Path | None = None) -> PoolProgram:
     path = (infra_dir or default_infra_dir()) / "pool_program.py"
     spec = importlib.util.spec_from_file_location("gpu_burst_infra_pool_program", path)
     if spec is None or spec.loader is None:
-        raise FileNotFoundError(path)
+        raise InputError(f"{path}: not a loadable Python file (the pool program)")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     build: PoolProgram = module.build_pool

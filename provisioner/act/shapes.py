@@ -11,6 +11,7 @@ import base64
 from typing import Any
 
 from provisioner.act.ports import PoolSpec, safe_name
+from provisioner.domain.errors import InvalidArgument
 
 # GCE accelerator type per machine family (the accelerator-optimised families carry their GPUs).
 _GCP_ACCELERATORS: tuple[tuple[str, str], ...] = (
@@ -44,7 +45,7 @@ def gcp_accelerator_type(machine_type: str, gpu_model: str) -> str:
     key = gpu_model.lower().replace(" ", "-")
     if key in _GCP_BY_MODEL:
         return _GCP_BY_MODEL[key]
-    raise ValueError(f"no GCE accelerator type known for {machine_type} / {gpu_model}")
+    raise InvalidArgument(f"no GCE accelerator type known for {machine_type} / {gpu_model}")
 
 
 def aws_tag_list(tags: dict[str, str]) -> list[dict[str, str]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from provisioner.act.ports import PoolSpec
 from provisioner.config.models import Policy, PoolPolicy
+from provisioner.domain.errors import UnknownName
 from provisioner.domain.offers import CapacityType, Offer
 from provisioner.plan.fallbacks import pool_capacities
 from provisioner.plan.matching import OfferRequest, offer_fits
@@ -27,7 +28,7 @@ class NodeImages:
     def for_(self, cloud: str, region: str) -> str:
         image = self.images.get(f"{cloud}/{region}") or self.images.get(cloud)
         if not image:
-            raise KeyError(f"no node image configured for {cloud}/{region}")
+            raise UnknownName(f"no node image configured for {cloud}/{region}")
         return image
 
 

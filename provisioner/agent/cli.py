@@ -20,6 +20,7 @@ import typer
 
 from provisioner.agent.nvml_api import Nvml
 from provisioner.clock import Clock
+from provisioner.domain.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from provisioner.agent.sampler import NvmlSampler
@@ -49,10 +50,10 @@ def parse_listen(value: str) -> tuple[str, int] | None:
         return None
     host, sep, port_s = value.rpartition(":")
     if not sep or not port_s.isdigit():
-        raise ValueError(f"--listen {value!r}: expected HOST:PORT, e.g. 127.0.0.1:9400")
+        raise InvalidArgument(f"--listen {value!r}: expected HOST:PORT, e.g. 127.0.0.1:9400")
     port = int(port_s)
     if not 0 <= port <= 65535:
-        raise ValueError(f"--listen {value!r}: port out of range")
+        raise InvalidArgument(f"--listen {value!r}: port out of range")
     host = host.strip("[]") or "127.0.0.1"
     return host, port
 

@@ -49,7 +49,7 @@ from provisioner.agent.nvml_api import (
     ProcessInfo,
 )
 from provisioner.clock import Clock
-from provisioner.domain.errors import ProvisionerError
+from provisioner.domain.errors import InvalidState, ProvisionerError
 from provisioner.domain.telemetry import GpuReading, GpuTelemetry, JobGpu, MigInstance
 
 log = logging.getLogger("provisioner.agent")
@@ -297,7 +297,7 @@ class NvmlSampler:
 
     def sample(self) -> GpuTelemetry:
         if not self._open:
-            raise RuntimeError("NvmlSampler.sample() before open()")
+            raise InvalidState("NvmlSampler.sample() before open()")
         ts = self.clock.now().timestamp()
         self._drain_events()
         gpus: list[GpuReading] = []

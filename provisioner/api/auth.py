@@ -18,6 +18,7 @@ import secrets
 from dataclasses import dataclass
 from enum import IntEnum
 
+from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.records import TokenRecord
 from provisioner.store import Store
 
@@ -36,7 +37,7 @@ class Role(IntEnum):
         try:
             return cls[text.strip().upper()]
         except KeyError:
-            raise ValueError(
+            raise InvalidArgument(
                 f"unknown role {text!r}; use agent, viewer, operator or admin"
             ) from None
 
@@ -77,11 +78,11 @@ def create_token(
     `ttl_s`: the token stops working that many seconds after `now_ts` (None: never)."""
     r = role if isinstance(role, Role) else Role.parse(role)
     if r is Role.AGENT and not node:
-        raise ValueError("an agent token must be bound to a node (--node)")
+        raise InvalidArgument("an agent token must be bound to a node (--node)")
     if r is not Role.AGENT and node:
-        raise ValueError("only agent tokens are bound to a node")
+        raise InvalidArgument("only agent tokens are bound to a node")
     if ttl_s is not None and not (ttl_s > 0 and ttl_s < 100 * 365 * 86_400.0):
-        raise ValueError("ttl must be positive and under 100 years")
+        raise InvalidArgument("ttl must be positive and under 100 years")
     token_id = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     salt = secrets.token_hex(16)

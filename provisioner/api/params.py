@@ -10,6 +10,7 @@ from fastapi import HTTPException, Query
 from pydantic import BeforeValidator
 
 from provisioner.api.deps import ApiDeps
+from provisioner.domain.errors import InvalidArgument
 
 MAX_LIMIT = 1000
 MAX_POSIX_S = 1e10  # year 2286; a bigger number is milliseconds, which are refused
@@ -23,7 +24,7 @@ def _seconds_only(value: Any) -> Any:
     except (TypeError, ValueError):
         return value
     if not math.isfinite(number) or abs(number) >= MAX_POSIX_S:
-        raise ValueError(f"POSIX seconds must be below {MAX_POSIX_S:.0e} (not milliseconds)")
+        raise InvalidArgument(f"POSIX seconds must be below {MAX_POSIX_S:.0e} (not milliseconds)")
     return value
 
 

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from provisioner.domain.errors import InvalidArgument, UnknownName
+
 # The team of jobs submitted without a Slurm account (map "" in team_of_account to override).
 NO_ACCOUNT_TEAM = "no-account"
 
@@ -54,7 +56,7 @@ class WaitPolicy(Strict):
     @model_validator(mode="after")
     def _floor_below_cap(self) -> WaitPolicy:
         if self.floor_s > self.cap_s:
-            raise ValueError(f"floor_s ({self.floor_s}) must not exceed cap_s ({self.cap_s})")
+            raise InvalidArgument(f"floor_s ({self.floor_s}) must not exceed cap_s ({self.cap_s})")
         return self
 
     def budget_s(
@@ -124,7 +126,7 @@ class PoolPolicy(Strict):
     @model_validator(mode="after")
     def _needs_gpu_selector(self) -> PoolPolicy:
         if not self.gpu_model and self.min_gpu_mem_gb is None and not self.instance_types:
-            raise ValueError("set gpu_model, min_gpu_mem_gb or instance_types")
+            raise InvalidArgument("set gpu_model, min_gpu_mem_gb or instance_types")
         return self
 
 
@@ -227,7 +229,7 @@ class Policy(Strict):
         seen: set[str] = set()
         for p in pools:
             if p.name in seen:
-                raise ValueError(f"pool name {p.name!r} is declared twice")
+                raise InvalidArgument(f"pool name {p.name!r} is declared twice")
             seen.add(p.name)
         return pools
 
@@ -235,4 +237,4 @@ class Policy(Strict):
         for p in self.pools:
             if p.name == name:
                 return p
-        raise KeyError(name)
+        raise UnknownName(f"no pool named {name!r}")

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.clock import ManualClock
-from provisioner.domain.errors import SnapshotError
+from provisioner.domain.errors import NotKnown, SnapshotError
 from provisioner.domain.jobs import JobState
 from provisioner.domain.snapshot import ClusterSnapshot
 
@@ -468,7 +468,7 @@ class Soak:
             if self.debug:
                 print("  intents", self.intent_nodes, "interrupted", self.interrupted)
                 for it in self.c.store.intents(kind="scale_up"):
-                    print("  intent", it.token[:8], it.status, it.nodes, it.payload.get("target"),
+                    print("  intent", it.token[:8], it.status, it.nodes, it.scale_up_payload.target,
                           it.result, it.error_code)  # fmt: skip
         # jobs: completed at most once, never requeued because the controller took the node
         self.result.checks += 1
@@ -616,7 +616,7 @@ def _prices() -> dict[str, Decimal]:
         for row in csv.reader(fh):
             if row[:3] == ["aws", REGION, ITYPE]:
                 return {"on-demand": Decimal(row[8]), "spot": Decimal(row[9])}
-    raise LookupError(f"{path}: no {ITYPE} in {REGION}")
+    raise NotKnown(f"{path}: no {ITYPE} in {REGION}")
 
 
 def _boto_clients(capacity: Any) -> Iterator[Any]:

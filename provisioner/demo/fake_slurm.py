@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from provisioner.clock import Clock
+from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.naming import burst_node_name
@@ -161,7 +162,7 @@ class FakeSlurm:
     ) -> str:
         """Queue a job (now, or when the clock reaches `submit_ts`). Returns its id."""
         if gpus < 1 or gpus > max(n.gpus for n in self.nodes.values()):
-            raise ValueError(f"the fake cluster runs single-node jobs only ({gpus} GPUs)")
+            raise InvalidArgument(f"the fake cluster runs single-node jobs only ({gpus} GPUs)")
         jid = str(next(self._ids))
         ts = self._t if submit_ts is None else submit_ts
         self.jobs[jid] = FakeJob(
@@ -173,7 +174,7 @@ class FakeSlurm:
     def set_partitions(self, job_id: str, partitions: Sequence[str]) -> None:
         job = self.jobs.get(job_id)
         if job is None or job.state is not JobState.PENDING or job.submit_ts > self._t:
-            raise ValueError(f"job {job_id} is not pending")
+            raise InvalidArgument(f"job {job_id} is not pending")
         job.partition = ",".join(p for p in partitions if p)
         self.calls.append(("partition", f"{job_id}={job.partition}"))
         self._schedule()
@@ -184,7 +185,7 @@ class FakeSlurm:
         names = [nodes] if isinstance(nodes, str) else list(nodes)
         for n in names:
             if n not in self.nodes:
-                raise ValueError(f"no node {n!r}")
+                raise InvalidArgument(f"no node {n!r}")
         return names
 
     def _requeue(self, node: FakeNode, cause: str = "") -> tuple[str, ...]:

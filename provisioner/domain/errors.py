@@ -36,6 +36,16 @@ class NotKnown(ProvisionerError, LookupError):
     http_status = 404
 
 
+class UnknownName(NotKnown, KeyError):
+    """The policy names no such pool, cloud driver or node image. Also a KeyError, as these
+    lookups always raised one."""
+
+
+class InvalidState(ProvisionerError, RuntimeError):
+    """Something was called out of order (sampling before opening, migrating without
+    revisions): a bug in the caller, not bad input."""
+
+
 class ConfigError(ProvisionerError):
     """A config or input file is invalid. Names the file and the field."""
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from provisioner.domain.errors import InvalidArgument
+
 
 class JobState(StrEnum):
     PENDING = "pending"
@@ -47,7 +49,7 @@ class Job:
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
-            raise ValueError(f"job {self.job_id}: gpus must be >= 0, got {self.gpus}")
+            raise InvalidArgument(f"job {self.job_id}: gpus must be >= 0, got {self.gpus}")
 
     def can_start(self, now_ts: float) -> bool:
         """A pending job Slurm would start now if resources were free."""

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import re
 
+from provisioner.domain.errors import InvalidArgument
+
 _NAME = re.compile(r"^([a-z][a-z0-9-]*?)-(\d+)$")
 
 
 def burst_node_name(pool: str, index: int) -> str:
     if index < 1:
-        raise ValueError(f"burst node index must be >= 1, got {index}")
+        raise InvalidArgument(f"burst node index must be >= 1, got {index}")
     if not re.fullmatch(r"[a-z][a-z0-9-]{1,40}", pool) or pool.endswith("-"):
-        raise ValueError(f"pool name {pool!r} cannot name Slurm nodes")
+        raise InvalidArgument(f"pool name {pool!r} cannot name Slurm nodes")
     return f"{pool}-{index}"
 
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 
+from provisioner.domain.errors import InvalidArgument
+
 
 class CapacityType(StrEnum):
     ON_DEMAND = "on-demand"
@@ -28,7 +30,7 @@ class OfferKey:
     def parse(cls, text: str) -> OfferKey:
         parts = text.split("/")
         if len(parts) != 4:
-            raise ValueError(f"offer key {text!r} is not cloud/region/instance_type/capacity")
+            raise InvalidArgument(f"offer key {text!r} is not cloud/region/instance_type/capacity")
         return cls(parts[0], parts[1], parts[2], CapacityType(parts[3]))
 
 

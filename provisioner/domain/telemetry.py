@@ -17,6 +17,7 @@ from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.money import MICRO
 from provisioner.domain.nodes import GpuSample
 
@@ -496,7 +497,7 @@ def node_energy_kwh(prev: GpuTelemetry, cur: GpuTelemetry) -> float:
 def energy_cost_usd(kwh: float | Decimal, usd_per_kwh: Decimal) -> Decimal:
     """kWh x $/kWh as Decimal dollars, to the micro-dollar."""
     if isinstance(kwh, float) and not math.isfinite(kwh):
-        raise ValueError("kwh must be finite")
+        raise InvalidArgument("kwh must be finite")
     amount = kwh if isinstance(kwh, Decimal) else Decimal(repr(float(kwh)))
     return (amount * usd_per_kwh).quantize(MICRO, rounding=ROUND_HALF_EVEN)
 

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from provisioner.domain.errors import InvalidArgument
+
 Source = Literal["user", "group", "partition", "limit", "default"]
 LEVELS: tuple[Literal["user", "group", "partition"], ...] = ("user", "group", "partition")
 KEEP = 8  # runtimes kept per user, group and partition: enough for a spread, cheap to store
@@ -53,7 +55,7 @@ class RuntimeHistory:
 
     def __init__(self, keep: int = KEEP) -> None:
         if keep < 2:
-            raise ValueError("keep must be >= 2: the prediction averages the last two")
+            raise InvalidArgument("keep must be >= 2: the prediction averages the last two")
         self.keep = keep
         self._recent: dict[tuple[str, str], deque[float]] = {}
         self.observed = 0

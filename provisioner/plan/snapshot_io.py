@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from provisioner.clock import utc
-from provisioner.domain.errors import InputError
+from provisioner.domain.errors import InputError, InvalidArgument
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import GpuSample, Node, NodeKind, NodeState
@@ -27,8 +27,8 @@ def _ts(v: Any) -> Any:
         try:
             return utc(datetime.fromisoformat(v.replace("Z", "+00:00"))).timestamp()
         except ValueError:
-            raise ValueError(f"not a time: {v!r} (use POSIX seconds or ISO 8601)") from None
-    raise ValueError(f"not a time: {v!r}")
+            raise InvalidArgument(f"not a time: {v!r} (use POSIX seconds or ISO 8601)") from None
+    raise InvalidArgument(f"not a time: {v!r}")
 
 
 class _M(BaseModel):

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from provisioner.domain.errors import InvalidArgument
 from provisioner.store import Fence, Lease, Store
 
 log = logging.getLogger("provisioner.leadership")
@@ -65,7 +66,7 @@ class Leadership:
         holder: str | None = None,
     ) -> None:
         if ttl_s <= 0:
-            raise ValueError(f"lease ttl must be positive, not {ttl_s}")
+            raise InvalidArgument(f"lease ttl must be positive, not {ttl_s}")
         self.store = store
         self.name = name
         self.ttl_s = ttl_s

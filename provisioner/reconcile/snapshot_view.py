@@ -18,7 +18,7 @@ from provisioner.account.budgets import budget_status
 from provisioner.act.actuator import CloudPorts
 from provisioner.act.ports import CloudState, OwnedInstance
 from provisioner.config.models import Policy
-from provisioner.domain.errors import CloudError, ProvisionerError
+from provisioner.domain.errors import CloudError, InvalidArgument, ProvisionerError
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.nodes import GpuSample, NodeKind
 from provisioner.domain.offers import OfferKey
@@ -147,8 +147,8 @@ def placeholders(
                     instance_id=f"pending:{it.token[:8]}:{i}",
                     pool=it.pool,
                     offer=OfferKey.parse(it.offer),
-                    gpu_model=str(it.payload.get("gpu_model", "")),
-                    gpus=int(it.payload.get("gpus", 0) or 0),
+                    gpu_model=it.scale_up_payload.gpu_model,
+                    gpus=it.scale_up_payload.gpus,
                     price_usd_hr=it.price_usd_hr or Decimal(0),
                     state=S.REQUESTED,
                     launched_ts=it.created_ts,
@@ -208,7 +208,7 @@ def gpu_load_from_store(
     """Fresh GPU samples per node name, in GPU index order. Stale GPUs are omitted; a node
     with none fresh (or whose agent has not been heard from within `max_age_s`) is absent."""
     if max_age_s < 0:
-        raise ValueError("max_age_s must not be negative")
+        raise InvalidArgument("max_age_s must not be negative")
     out: dict[str, tuple[GpuSample, ...]] = {}
     for nt in store.telemetry():
         if not fresh(nt.received_ts, now_ts, max_age_s):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from provisioner.command_runner import CommandResult, CommandRunner, CommandTimeout
+from provisioner.domain.errors import InvalidArgument
 from provisioner.register.slurm_control import SlurmControlError
 
 
@@ -21,9 +22,9 @@ class ScontrolJobControl:
     def set_partitions(self, job_id: str, partitions: Sequence[str]) -> None:
         parts = [p for p in partitions if p]
         if not job_id or not job_id.replace("_", "").isalnum() or not parts:
-            raise ValueError(f"bad job update: {job_id!r} -> {partitions!r}")
+            raise InvalidArgument(f"bad job update: {job_id!r} -> {partitions!r}")
         if any(not p.replace("-", "").replace("_", "").isalnum() for p in parts):
-            raise ValueError(f"bad partition names: {parts!r}")
+            raise InvalidArgument(f"bad partition names: {parts!r}")
         argv = [self._scontrol, "update", f"jobid={job_id}", f"partition={','.join(parts)}"]
         try:
             res: CommandResult = self._runner.run(argv, timeout_s=self._timeout_s)

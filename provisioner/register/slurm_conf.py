@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.naming import burst_node_names, hostlist_expr
 
 Capacity = Literal["spot", "ondemand"]
@@ -26,7 +27,7 @@ def capacity_feature(capacity: str) -> Capacity:
         return "spot"
     if c == "ondemand":
         return "ondemand"
-    raise ValueError(f"capacity must be spot or on-demand, got {capacity!r}")
+    raise InvalidArgument(f"capacity must be spot or on-demand, got {capacity!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ class BurstNodeSet:
 
     def __post_init__(self) -> None:
         if self.count < 1 or self.gpus < 0 or self.cpus < 1 or self.real_memory_mb < 1:
-            raise ValueError(f"pool {self.pool}: count, cpus and memory must be positive")
+            raise InvalidArgument(f"pool {self.pool}: count, cpus and memory must be positive")
         capacity_feature(self.capacity)
 
     @property
@@ -80,7 +81,7 @@ def render_node_lines(sets: Sequence[BurstNodeSet], *, onprem_weight: int = 1) -
     lines: list[str] = []
     for s in sets:
         if s.weight <= onprem_weight:
-            raise ValueError(
+            raise InvalidArgument(
                 f"pool {s.pool}: Weight {s.weight} must be higher than on-prem's {onprem_weight}"
             )
         if s.port_base is None:
@@ -151,7 +152,7 @@ def render_hook_script(verb: str, *, provisioner: str, state_dir: str) -> str:
     """A ResumeProgram/SuspendProgram/ResumeFailProgram wrapper: absolute paths only (Slurm gives
     no PATH), exec so the hook's exit code is the provisioner's."""
     if verb not in ("resume", "suspend", "resume-fail"):
-        raise ValueError(f"unknown hook verb {verb!r}")
+        raise InvalidArgument(f"unknown hook verb {verb!r}")
     return (
         "#!/bin/sh\n"
         f"# Slurm {verb} hook: hands the hostlist to the burst controller.\n"

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from provisioner.command_runner import CommandResult, CommandRunner, CommandTimeout
-from provisioner.domain.errors import ProvisionerError
+from provisioner.domain.errors import InvalidArgument, ProvisionerError
 from provisioner.domain.hostlist import join_hostlist
 
 # Job states in which Slurm ended a job because its node failed, without requeueing it.
@@ -41,14 +41,14 @@ class SlurmControlError(ProvisionerError):
 def _names(nodes: str | Iterable[str]) -> str:
     names = [nodes] if isinstance(nodes, str) else list(nodes)
     if not names or any(not n or any(c.isspace() for c in n) for n in names):
-        raise ValueError(f"bad node names: {names!r}")
+        raise InvalidArgument(f"bad node names: {names!r}")
     return join_hostlist(names)
 
 
 def _reason(reason: str) -> str:
     text = " ".join(reason.split())
     if not text:
-        raise ValueError("Slurm needs a reason to drain or down a node")
+        raise InvalidArgument("Slurm needs a reason to drain or down a node")
     return text
 
 

@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import Literal
 
 from provisioner.config.models import Policy, PoolPolicy
+from provisioner.domain.errors import InvalidArgument, NotKnown
 from provisioner.domain.jobs import Job
 from provisioner.domain.offers import CapacityType
 from provisioner.domain.plan import ReasonCode
@@ -305,7 +306,9 @@ class Simulation:
     def _cheapest_on_demand(self, gpus: int) -> Candidate:
         ranked = self._ranked(gpus, False, 3600.0)
         if not ranked:
-            raise ValueError(f"no on-demand {self.policy.onprem.gpu_model} offer holds {gpus} GPUs")
+            raise InvalidArgument(
+                f"no on-demand {self.policy.onprem.gpu_model} offer holds {gpus} GPUs"
+            )
         return ranked[0]
 
     # ---- outcomes --------------------------------------------------------------------------
@@ -549,7 +552,7 @@ class Simulation:
                 None,
             )
             if hit is None:
-                raise LookupError(f"planned offer {key} not in catalog")
+                raise NotKnown(f"planned offer {key} not in catalog")
             self._cand_memo[memo] = hit
         return hit
 
@@ -640,13 +643,13 @@ def _parse_policy(name: str) -> tuple[str, float]:
         try:
             secs = float(raw)
         except ValueError:
-            raise ValueError(f"policy {name!r}: SECONDS must be a number") from None
+            raise InvalidArgument(f"policy {name!r}: SECONDS must be a number") from None
         if secs < 0:
-            raise ValueError(f"policy {name!r}: SECONDS must be >= 0")
+            raise InvalidArgument(f"policy {name!r}: SECONDS must be >= 0")
         return "fixed-wait", secs
     if name in POLICY_KINDS and name != "fixed-wait":
         return name, 0.0
-    raise ValueError(
+    raise InvalidArgument(
         f"unknown policy {name!r}: use default, never, immediate, budget-timeout "
         "or fixed-wait:SECONDS"
     )

@@ -19,6 +19,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.offers import OfferKey
 from provisioner.domain.plan import Decision, ReasonCode
 from provisioner.domain.records import (
@@ -282,7 +283,7 @@ class MemoryLedger:
     ) -> dict[tuple[str, ...], tuple[Decimal, int]]:
         bad = [k for k in group_by if k not in GROUP_KEYS]
         if bad:
-            raise ValueError(f"cannot group the ledger by {bad}")
+            raise InvalidArgument(f"cannot group the ledger by {bad}")
         wanted = {str(k) for k in kinds}
         totals: dict[tuple[str, ...], list[int]] = {}
         for e in self._window(from_ts, to_ts):

@@ -3,9 +3,12 @@ ProvisionerError, so callers and the API decide by type and attributes, never by
 
 from __future__ import annotations
 
+import ast
+import builtins
 import importlib
 import inspect
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +83,25 @@ def test_typed_errors_keep_their_builtin_meaning() -> None:
 
     assert issubclass(IllegalTransition, ValueError)
     assert issubclass(NotFound, LookupError)
+
+
+def test_no_module_raises_a_bare_builtin_exception() -> None:
+    """`raise ValueError(...)` and friends bypass the hierarchy: the typed errors (which keep
+    the built-in as a second base where callers catch it) are raised instead."""
+    root = Path(provisioner.__file__).parent
+    builtin_errors = {
+        name
+        for name, obj in vars(builtins).items()
+        if isinstance(obj, type) and issubclass(obj, BaseException)
+    }
+    # What a generator must raise, and what an abstract method says: not errors of ours.
+    allowed = {"StopIteration", "NotImplementedError", "KeyboardInterrupt", "SystemExit"}
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Raise) or node.exc is None:
+                continue
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(exc, ast.Name) and exc.id in builtin_errors - allowed:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {exc.id}")
+    assert found == []

@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol
 
 from provisioner.clock import Clock
 from provisioner.command_runner import CommandResult, CommandRunner, run_observed
-from provisioner.domain.errors import SnapshotError
+from provisioner.domain.errors import InvalidArgument, SnapshotError
 from provisioner.domain.nodes import Node
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.observe.slurm.parse import (
@@ -186,7 +186,7 @@ class RestToken:
         self, *, file: str | Path | None = None, env: str | None = None, user: str | None = None
     ) -> None:
         if file is None and env is None:
-            raise ValueError("a JWT needs a token file or an environment variable")
+            raise InvalidArgument("a JWT needs a token file or an environment variable")
         self.file = Path(file) if file is not None else None
         self.env = env
         self.user = user
@@ -229,7 +229,7 @@ class RestSlurmObserver:
         cloud_partitions: Collection[str] = DEFAULT_CLOUD_PARTITIONS,
     ) -> None:
         if (socket_path is None) == (base_url is None):
-            raise ValueError("slurmrestd needs exactly one of a unix socket or a base URL")
+            raise InvalidArgument("slurmrestd needs exactly one of a unix socket or a base URL")
         self._socket_path = socket_path
         self._base = (base_url or "http://slurmrestd").rstrip("/")
         self._token = token

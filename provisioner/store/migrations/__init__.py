@@ -17,6 +17,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
+from provisioner.domain.errors import InvalidState
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -33,7 +35,7 @@ def alembic_config(connection: Connection | None = None) -> Config:
 def head_revision() -> str:
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     if head is None:  # pragma: no cover - the package ships revisions
-        raise RuntimeError("no migration revisions found")
+        raise InvalidState("no migration revisions found")
     return head
 
 

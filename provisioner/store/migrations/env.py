@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from alembic import context
 
+from provisioner.domain.errors import InvalidState
 from provisioner.store.models import Base
 
 config = context.config
 connection = config.attributes.get("connection")
 if connection is None:
-    raise RuntimeError("run migrations through provisioner.store.migrations.upgrade()")
+    raise InvalidState("run migrations through provisioner.store.migrations.upgrade()")
 
 context.configure(
     connection=connection,
