@@ -29,7 +29,7 @@ from typing import Any
 
 from provisioner.account.budgets import month_bounds
 from provisioner.account.csv_safe import safe_row
-from provisioner.store import Store
+from provisioner.store.ports import Ledger
 
 FOCUS_COLUMNS: tuple[str, ...] = (
     "BilledCost",
@@ -285,7 +285,7 @@ def focus_row(r: Any, opts: FocusOptions, periods: _Period) -> list[str]:
 
 
 def iter_focus_csv(
-    store: Store,
+    store: Ledger,
     from_ts: float | None = None,
     to_ts: float | None = None,
     opts: FocusOptions | None = None,

@@ -19,7 +19,7 @@ from decimal import Decimal
 from provisioner.account.csv_safe import safe_row
 from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.records import LedgerKind
-from provisioner.store import Store
+from provisioner.store.ports import Ledger
 
 GROUP_KEYS = ("team", "account", "user", "partition", "cloud", "region", "pool", "kind", "day")
 KINDS = tuple(k.value for k in LedgerKind)
@@ -84,7 +84,7 @@ def parse_kinds(text: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def cost_report(
-    store: Store,
+    store: Ledger,
     group_by: Sequence[str],
     from_ts: float,
     to_ts: float,
