@@ -4,19 +4,18 @@ the reconcile steps that rebuild a spec (recovery asks the group whether a resiz
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from provisioner.act.ports import PoolSpec
 from provisioner.act.specs import NodeImages, UserDataFn, spec_for_offer
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.offers import Offer, OfferKey
+from provisioner.plan.catalog import Catalog
 
 
 class OfferSpecs:
     def __init__(
         self,
         policy: Policy,
-        offers: Iterable[Offer],
+        catalog: Catalog,
         *,
         images: NodeImages | None = None,
         user_data: UserDataFn | None = None,
@@ -26,9 +25,7 @@ class OfferSpecs:
         self.images = images or NodeImages()
         self.user_data = user_data
         self.project = project
-        self._offers: dict[tuple[str, str, str], Offer] = {
-            (o.cloud, o.region, o.instance_type): o for o in offers
-        }
+        self.catalog = catalog
 
     def pool(self, name: str) -> PoolPolicy | None:
         try:
@@ -39,10 +36,10 @@ class OfferSpecs:
     @property
     def offers_by_type(self) -> dict[tuple[str, str, str], Offer]:
         """(cloud, region, instance type) -> the catalog's offer."""
-        return self._offers
+        return self.catalog.offers_by_type
 
     def offer(self, key: OfferKey) -> Offer | None:
-        return self._offers.get((key.cloud, key.region, key.instance_type))
+        return self.catalog.get(key)
 
     def images_for(self, pool: PoolPolicy) -> NodeImages:
         if pool.image:

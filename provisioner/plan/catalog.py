@@ -43,6 +43,11 @@ class Catalog:
             self._by_type[(o.cloud, o.region, o.instance_type)] = o
         self._by_model.update({k: tuple(v) for k, v in groups.items()})
 
+    @property
+    def offers_by_type(self) -> dict[tuple[str, str, str], Offer]:
+        """(cloud, region, instance type) -> the offer (the last listed, for a repeated type)."""
+        return self._by_type
+
     def get(self, key: OfferKey) -> Offer | None:
         """The offer behind a key (any capacity type), or None."""
         return self._by_type.get((key.cloud, key.region, key.instance_type))

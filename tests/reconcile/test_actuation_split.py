@@ -22,6 +22,7 @@ from provisioner.domain.jobs import Job
 from provisioner.domain.offers import CapacityType, Offer, OfferKey
 from provisioner.domain.plan import Decision, Drain, ReasonCode, ScaleUp
 from provisioner.plan.backoff import Backoff
+from provisioner.plan.catalog import Catalog
 from provisioner.reconcile.outcomes import rebuild_backoff
 from provisioner.reconcile.sync import TERMINABLE
 from provisioner.register.registrar import SlurmRegistrar
@@ -123,7 +124,7 @@ def actuator(store, calls, cap, *, fenced: bool = False) -> CloudActuator:
     return CloudActuator(
         clouds={"aws": Ports(cap)},  # type: ignore[dict-item]
         intents=Watched(store, calls, fenced=fenced),  # type: ignore[arg-type]
-        specs=OfferSpecs(policy(), [OFFER], images=NodeImages({"aws": "ami-12c6146b"})),
+        specs=OfferSpecs(policy(), Catalog((OFFER,)), images=NodeImages({"aws": "ami-12c6146b"})),
         settings=SETTINGS,
         backoff=Backoff(),
         terminable=TERMINABLE,
@@ -223,7 +224,7 @@ def test_a_partial_fill_is_confirmed_with_the_shortfalls_category(world):
 def test_a_scale_up_without_a_boot_image_fails_before_any_call(world):
     store, calls, cap = world
     act = actuator(store, calls, cap)
-    act.specs = OfferSpecs(policy(), [OFFER])  # no image configured anywhere
+    act.specs = OfferSpecs(policy(), Catalog((OFFER,)))  # no image configured anywhere
     res = act.scale_up(scale_up(), NOW)
     assert res.outcome is None and res.errors[0].startswith(f"scale-up {POOL}: ")
     (it,) = store.intents(kind=IntentKind.SCALE_UP)
