@@ -15,10 +15,11 @@ One pass:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from operator import attrgetter
 
 from provisioner.config.models import Policy, PoolPolicy, WaitPolicy
 from provisioner.domain.instances import IN_FLIGHT, InstanceOrigin, InstanceState, join_timed_out
@@ -62,8 +63,13 @@ def build_profile(snapshot: ClusterSnapshot, policy: Policy, now: float) -> OnPr
     width = max([n.gpus for n in onprem] or [policy.onprem.gpus_per_node])
     prof = OnPremProfile(caps, now, width, tuple(n.name for n in onprem))
     index = {n.name: i for i, n in enumerate(onprem)}
+    holds: dict[int, list[tuple[float, int]]] = {}  # node -> (end, GPUs) of its running jobs
     for job in snapshot.running:
-        on = [index[name] for name in job.nodes if name in index]
+        if len(job.nodes) == 1:  # most jobs: skip building a list to find their node
+            idx = index.get(job.nodes[0])
+            on = [] if idx is None else [idx]
+        else:
+            on = [index[name] for name in job.nodes if name in index]
         if not on:
             continue
         start = job.start_ts if job.start_ts is not None else now
@@ -72,7 +78,9 @@ def build_profile(snapshot: ClusterSnapshot, policy: Policy, now: float) -> OnPr
         per_node = max(1, math.ceil(job.gpus / len(on)))
         for idx in on:
             if caps[idx]:
-                prof.adjust(idx, now, end, -min(per_node, caps[idx]))
+                holds.setdefault(idx, []).append((end, min(per_node, caps[idx])))
+    for idx, held in holds.items():
+        prof.hold_from_start(idx, held)
     return prof
 
 
@@ -116,9 +124,69 @@ def _runtime(job: Job, policy: Policy, wp: WaitPolicy | None = None) -> float:
     return wp.default_runtime_s or policy.onprem.fallback_runtime_s
 
 
-# A job that will not stay on-prem: (job, its wait policy, runtime planned with, predicted
-# on-prem start, waiting budget, its offers ranked): ranked once, in the predict phase.
-_Bursting = tuple[Job, WaitPolicy, float, float, float, list[Candidate]]
+def _queue_order(jobs: Sequence[Job]) -> list[Job]:
+    """Jobs in queue order, by (submit time, job id). Two stable sorts on one attribute each
+    give that order without building a key tuple for each of 100,000 jobs."""
+    out = sorted(jobs, key=attrgetter("job_id"))
+    out.sort(key=attrgetter("submit_ts"))
+    return out
+
+
+@dataclass
+class _Bursting:
+    """The jobs that will not stay on-prem, in queue order, with what the predict phase found
+    for each: its wait policy, the runtime planned with, its predicted on-prem start, its
+    waiting budget and its offers ranked (ranked once, there).
+
+    Kept as columns, not as a tuple per job: a pass may hold 100,000 of them, and containers
+    that live through the pass make the garbage collector walk the whole heap more often."""
+
+    jobs: list[Job] = field(default_factory=list)
+    waits: list[WaitPolicy] = field(default_factory=list)
+    runtimes: list[float] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+    budgets: list[float] = field(default_factory=list)
+    rankings: list[list[Candidate]] = field(default_factory=list)
+
+    def add(
+        self,
+        job: Job,
+        wp: WaitPolicy,
+        runtime: float,
+        start: float,
+        budget: float,
+        ranked: list[Candidate],
+    ) -> None:
+        self.jobs.append(job)
+        self.waits.append(wp)
+        self.runtimes.append(runtime)
+        self.starts.append(start)
+        self.budgets.append(budget)
+        self.rankings.append(ranked)
+
+    def __iter__(
+        self,
+    ) -> Iterator[tuple[Job, WaitPolicy, float, float, float, list[Candidate]]]:
+        return zip(
+            self.jobs,
+            self.waits,
+            self.runtimes,
+            self.starts,
+            self.budgets,
+            self.rankings,
+            strict=True,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _JobClass:
+    """What the predict phase needs of a job's (partition, qos): worked out once per pass,
+    not once per pending job."""
+
+    wait: WaitPolicy
+    spot_ok: bool
+    runs_onprem: bool
+    default_runtime_s: float  # planned with when a job has no estimate and no time limit
 
 
 @dataclass
@@ -158,6 +226,40 @@ class _OpenNode:
     scale_up: int = -1  # index into the scale-up groups, -1 for capacity already in flight
     job_ids: list[str] = field(default_factory=list)
     node_name: str = ""
+
+
+class _Slots:
+    """The open nodes, with those that still have a GPU free kept apart in the same order:
+    once they fill up, tens of thousands of bursting jobs would otherwise each look at every
+    full one in turn."""
+
+    def __init__(self, nodes: list[_OpenNode]) -> None:
+        self.nodes = nodes
+        self._with_room = [o for o in nodes if o.free > 0]
+
+    def find(self, gpus: int, model: str, urgent: bool, spot_allowed: bool) -> _OpenNode | None:
+        """The first open node, in order, that can take the job."""
+        # A job of no GPUs fits a full node too, so it looks at them all.
+        for o in self._with_room if gpus > 0 else self.nodes:
+            if (
+                o.free >= gpus
+                and o.gpu_model == model
+                and not (urgent and o.spot)
+                and (not o.spot or spot_allowed)
+            ):
+                return o
+        return None
+
+    def take(self, slot: _OpenNode, gpus: int, job_id: str) -> None:
+        slot.free -= gpus
+        slot.job_ids.append(job_id)
+        if slot.free <= 0:
+            self._with_room = [o for o in self._with_room if o.free > 0]
+
+    def add(self, node: _OpenNode) -> None:
+        self.nodes.append(node)
+        if node.free > 0:
+            self._with_room.append(node)
 
 
 @dataclass
@@ -200,6 +302,11 @@ class _Planner:
         # caller's RankCache so a simulator calling plan() per event does not rank again.
         cache = ranks if ranks is not None else RankCache(catalog, policy)
         self._ranks = cache.for_inputs(catalog, policy)
+        # The offers that fit a job's shape, whatever its runtime: rankings of one shape differ
+        # only by runtime bucket, so each shape's candidates are found once per pass.
+        self._cands: dict[tuple[int, str, str, bool], list[Candidate]] = {}
+        # This pass's own view of the rankings it used: one dict look-up per job.
+        self._pass_ranks: dict[tuple[int, str, str, bool, int], list[Candidate]] = {}
         self._pools_of: dict[int, frozenset[str]] = {}
         self._full: dict[int, frozenset[str]] = {}
         self._pools_by_partition: dict[str, tuple[PoolPolicy, ...]] = {}
@@ -258,31 +365,44 @@ class _Planner:
             self._onprem_partition[job.partition] = hit
         return hit
 
-    def _ranked(
-        self, job: Job, model: str, wp: WaitPolicy, runtime: float, urgent: bool
-    ) -> list[Candidate]:
-        spot_ok = not (urgent or not wp.spot_allowed)
-        bucket = int(math.log2(runtime + 1.0))
-        key = (job.gpus, model, job.partition, spot_ok, bucket)
-        hit = self._ranks.get(key)
+    def _job_class(self, job: Job) -> _JobClass:
+        wp = self.policy.waiting.for_job(job.partition, job.qos)
+        return _JobClass(
+            wait=wp,
+            spot_ok=not (wp.urgent or not wp.spot_allowed),
+            runs_onprem=self._runs_onprem(job),
+            default_runtime_s=wp.default_runtime_s or self.policy.onprem.fallback_runtime_s,
+        )
+
+    def _ranked(self, job: Job, model: str, spot_ok: bool, runtime: float) -> list[Candidate]:
+        key = (job.gpus, model, job.partition, spot_ok, int(math.log2(runtime + 1.0)))
+        hit = self._pass_ranks.get(key)
         if hit is None:
-            pools = self._pools_for(job)
+            hit = self._ranks.get(key)
+            if hit is None:
+                hit = rank(self._candidates(job, model, spot_ok), runtime, self.policy.spot)
+                self._ranks.put(key, hit)
+            self._pass_ranks[key] = hit
+        return hit
+
+    def _candidates(self, job: Job, model: str, spot_ok: bool) -> list[Candidate]:
+        shape = (job.gpus, model, job.partition, spot_ok)
+        hit = self._cands.get(shape)
+        if hit is None:
             caps: tuple[CapacityType, ...] = (
                 (CapacityType.ON_DEMAND, CapacityType.SPOT)
                 if spot_ok
                 else (CapacityType.ON_DEMAND,)
             )
-            cands = candidates_for(
+            hit = self._cands[shape] = candidates_for(
                 job.gpus,
                 model,
-                pools,
+                self._pools_for(job),
                 self.catalog,
                 caps,
                 self.policy.spot,
                 self.policy.onprem.equivalent_gpu_models,
             )
-            hit = rank(cands, runtime, self.policy.spot)
-            self._ranks.put(key, hit)
         return hit
 
     def _full_pools(self, ranked: Sequence[Candidate]) -> frozenset[str] | None:
@@ -323,36 +443,40 @@ class _Planner:
         self._scale_down(claimed)
         return Plan(self.now, tuple(self.actions), tuple(self.decisions), self.predicted)
 
-    def _predict(self, prof: OnPremProfile) -> list[_Bursting]:
+    def _predict(self, prof: OnPremProfile) -> _Bursting:
         """Place pending jobs on-prem in queue order; return those that should burst."""
-        out: list[_Bursting] = []
+        out = _Bursting()
         now = self.now
-        pending = sorted(self.snap.pending, key=lambda j: (j.submit_ts, j.job_id))
-        waiting = self.policy.waiting
-        policies: dict[tuple[str, str], WaitPolicy] = {}
+        spot = self.policy.spot
         onprem_total = prof.total_gpus
-        for job in pending:
+        onprem_models = self.onprem_models
+        classes: dict[tuple[str, str], _JobClass] = {}
+        for job in _queue_order(self.snap.pending):
             if not job.can_start(now):
                 self._not_eligible(job)
                 continue
-            wp = policies.get((job.partition, job.qos))
-            if wp is None:
-                wp = policies[(job.partition, job.qos)] = waiting.for_job(job.partition, job.qos)
-            est = job.runtime_estimate_s
-            runtime = _runtime(job, self.policy, wp)
+            jc = classes.get((job.partition, job.qos))
+            if jc is None:
+                jc = classes[(job.partition, job.qos)] = self._job_class(job)
+            wp = jc.wait
+            # Job.runtime_estimate_s and _runtime(), inlined: this loop runs for every job.
+            est = job.expected_runtime_s
+            if est is None:
+                est = job.time_limit_s
+            runtime = jc.default_runtime_s if est is None else est
             model = job.gpu_type.lower() if job.gpu_type else self.onprem_model
             placement: Placement | None = None
-            onprem_ok = model in self.onprem_models and self._runs_onprem(job)
+            onprem_ok = jc.runs_onprem and model in onprem_models
             if onprem_ok:
-                placement = prof.earliest(job.gpus, now, runtime, latest=now)
+                placement = prof.earliest(job.gpus, now, runtime, now)
             urgent = wp.urgent
             waited_for_boot = hedged = False
             ranked: list[Candidate] = []
             if placement is not None:  # starts at once
                 start, budget, stay = now, 0.0, True
             else:
-                ranked = self._ranked(job, model, wp, runtime, urgent)
-                cheapest = ranked[0].expected_cost(runtime, self.policy.spot) if ranked else None
+                ranked = self._ranked(job, model, jc.spot_ok, runtime)
+                cheapest = ranked[0].expected_cost(runtime, spot) if ranked else None
                 budget = wp.budget_s(job.gpus, est, cheapest)
                 boot = ranked[0].boot_s if ranked else INF
                 # Only a start by the budget (or before a cloud node could boot) matters.
@@ -411,7 +535,7 @@ class _Planner:
                         detail=runtime_detail(job, runtime),
                     )
                 continue
-            out.append((job, wp, runtime, start, budget, ranked))
+            out.add(job, wp, runtime, start, budget, ranked)
         return out
 
     def _not_eligible(self, job: Job) -> None:
@@ -471,7 +595,7 @@ class _Planner:
 
     def _burst(
         self,
-        bursting: list[_Bursting],
+        bursting: _Bursting,
         open_nodes: list[_OpenNode],
     ) -> None:
         groups: list[_Group] = []
@@ -479,13 +603,19 @@ class _Planner:
             tuple[int, str], tuple[tuple[Alternative, ...], list[str], str, float, float]
         ] = {}
         planned_nodes = 0
+        slots = _Slots(open_nodes)
+        teams: dict[str, str] = {}  # account -> team, looked up once per pass
+        now, paused, onprem_model = self.now, self.snap.paused, self.onprem_model
+        spot = self.policy.spot
         for job, wp, runtime, start, budget, ranked in bursting:
-            model = (job.gpu_type or self.onprem_model).lower()
+            model = (job.gpu_type or onprem_model).lower()
             urgent = wp.urgent
-            team = self.policy.budgets.team_for(job.account)
-            wait_s = start - self.now
-            saved = (start - self.now) if start != INF else math.inf
-            if self.snap.paused:
+            team = teams.get(job.account)
+            if team is None:
+                team = teams[job.account] = self.policy.budgets.team_for(job.account)
+            wait_s = start - now
+            saved = wait_s if start != INF else math.inf
+            if paused:
                 self._decide(
                     ReasonCode.BLOCKED_PAUSED,
                     (job.job_id,),
@@ -495,20 +625,9 @@ class _Planner:
                 )
                 continue
             # 1. capacity already bought (single-node jobs only: a gang needs fresh nodes).
-            slot = next(
-                (
-                    o
-                    for o in open_nodes
-                    if o.free >= job.gpus
-                    and o.gpu_model == model
-                    and not (urgent and o.spot)
-                    and (not o.spot or wp.spot_allowed)
-                ),
-                None,
-            )
+            slot = slots.find(job.gpus, model, urgent, wp.spot_allowed)
             if slot is not None:
-                slot.free -= job.gpus
-                slot.job_ids.append(job.job_id)
+                slots.take(slot, job.gpus, job.job_id)
                 if slot.scale_up >= 0:
                     groups[slot.scale_up].job_ids.append(job.job_id)
                 else:
@@ -534,7 +653,6 @@ class _Planner:
                     detail={"gpu_model": model, "gpus": str(job.gpus)},
                 )
                 continue
-            spot = self.policy.spot
             if self._full_pools(ranked) is not None:
                 # Every pool that could take this job is at its max size: one decision for all
                 # such jobs, instead of pricing hundreds of offers for each waiting job.
@@ -594,7 +712,7 @@ class _Planner:
             )
             leftover = chosen.gpus_per_node - job.gpus
             if chosen.nodes == 1 and leftover > 0:
-                open_nodes.append(
+                slots.add(
                     _OpenNode(
                         chosen.pool,
                         chosen.key,
@@ -707,6 +825,16 @@ class _Planner:
         included. A node that unbound capacity of its pool (booting, or a launch not listed
         yet) will take needs nothing new; a blocked one times out in Slurm, which requeues its
         job."""
+        powering = sorted(
+            (
+                n
+                for n in self.snap.nodes
+                if n.kind is NodeKind.BURST and n.state is NodeState.POWERING_UP
+            ),
+            key=lambda n: n.name,
+        )
+        if not powering:
+            return  # the common case: no need to map every job to its nodes
         held = {i.node_name for i in self.snap.instances if i.node_name and not i.state.terminal}
         spare: dict[str, int] = {}
         for inst in self.snap.instances:
@@ -716,14 +844,14 @@ class _Planner:
                 and inst.origin is InstanceOrigin.PLANNED
             ):
                 spare[inst.pool] = spare.get(inst.pool, 0) + 1
+        wanted = {n.name for n in powering}
         jobs_on: dict[str, list[Job]] = {}
         for job in (*self.snap.running, *self.snap.pending):
             for name in job.nodes:
-                jobs_on.setdefault(name, []).append(job)
+                if name in wanted:
+                    jobs_on.setdefault(name, []).append(job)
         pools = {p.name: p for p in self.policy.pools}
-        for node in sorted(self.snap.nodes, key=lambda n: n.name):
-            if node.kind is not NodeKind.BURST or node.state is not NodeState.POWERING_UP:
-                continue
+        for node in powering:
             if node.name in held or node.pool not in pools:
                 continue
             if spare.get(node.pool, 0) > 0:
@@ -802,9 +930,8 @@ class _Planner:
     def _scale_down(self, claimed: set[str]) -> None:
         guard = self.policy.guardrails
         now = self.now
-        for node in sorted(self.snap.nodes, key=lambda n: n.name):
-            if node.kind is not NodeKind.BURST:
-                continue
+        burst = (n for n in self.snap.nodes if n.kind is NodeKind.BURST)
+        for node in sorted(burst, key=lambda n: n.name):
             if node.state is NodeState.DRAINED or (
                 node.state is NodeState.DRAINING and node.gpus_alloc == 0
             ):

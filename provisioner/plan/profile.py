@@ -61,10 +61,12 @@ class OnPremProfile:
         self._heaps: dict[int, list[tuple[float, int, int]]] = {}
         # [time, nodes with a GPU free then (node order), count of leading nodes now full]
         self._now: tuple[float, list[int], int] = (-INF, [], 0)
-        # (gpus, not_before, latest) -> shortest duration that found no start by `latest`.
-        # Reservations only take GPUs away, so a longer job cannot fit either: thousands of
-        # jobs that will burst skip the search. Cleared whenever GPUs are given back.
-        self._fails: dict[tuple[int, float, float], float] = {}
+        # gpus -> {latest: shortest duration that found no start by `latest`} (for one
+        # `not_before`, see _fails_at). Reservations only take GPUs away, so a longer job cannot
+        # fit either: thousands of jobs that will burst skip the search. Cleared whenever GPUs
+        # are given back. Nested rather than keyed by a tuple: a tuple per query was a container
+        # allocated (and often kept) per job, which made the garbage collector run more often.
+        self._fails: dict[int, dict[float, float]] = {}
         # The cache holds entries for one `not_before` only (the planner's `now`): older ones
         # can never be asked again, and copying them on every pass is what made copies slow.
         self._fails_at = -INF
@@ -97,7 +99,7 @@ class OnPremProfile:
         twin._version = list(self._version)
         twin._heaps = {g: list(h) for g, h in self._heaps.items()}
         twin._now = (self._now[0], list(self._now[1]), self._now[2])
-        twin._fails = dict(self._fails)
+        twin._fails = {g: dict(by_latest) for g, by_latest in self._fails.items()}
         twin._fails_at = self._fails_at
         return twin
 
@@ -105,9 +107,11 @@ class OnPremProfile:
 
     def _first_at_least(self, i: int, g: int) -> float:
         """Lower bound on when node i could start a job of g GPUs."""
-        for t, f in zip(self.times[i], self.free[i], strict=True):
+        # enumerate, not zip(strict=True): building that zip cost more than the scan, and this
+        # runs for every node each time a heap is built.
+        for k, f in enumerate(self.free[i]):
             if f >= g:
-                return t
+                return self.times[i][k]
         return INF
 
     def _fit(self, i: int, g: int, duration: float, at: float) -> float:
@@ -191,40 +195,43 @@ class OnPremProfile:
         whether a job starts within its budget save the search past it."""
         if gpus <= 0:
             return Placement(not_before, (), ())
-        fails = self._fails
         if not_before != self._fails_at:
-            fails.clear()
+            self._fails.clear()
             self._fails_at = not_before
+        fails = self._fails.get(gpus)  # latest -> shortest duration known not to start by then
+        if fails is None:
+            fails = self._fails[gpus] = {}
         if gpus > self.gpus_per_node:
-            fail_key = (gpus, not_before, latest)
-            if fails.get(fail_key, INF) <= duration:
+            if fails.get(latest, INF) <= duration:
                 return None
             p = self._earliest_multi(gpus, not_before, duration)
             if p is not None and p.start_ts <= latest:
                 return p
             if latest < INF:
-                fails[fail_key] = min(duration, fails.get(fail_key, INF))
+                fails[latest] = min(duration, fails.get(latest, INF))
             return None
         # 1. first fit among nodes that can start it at once
-        now_key = (gpus, not_before, not_before)
-        if not known_not_now and fails.get(now_key, INF) > duration:
-            for i in self._free_nodes(not_before):
-                if self._fits_at(i, gpus, duration, not_before):
-                    return Placement(not_before, (i,), (gpus,))
-            if latest == not_before:
-                fails[now_key] = min(duration, fails.get(now_key, INF))
-                return None
+        if not known_not_now:
+            if fails.get(not_before, INF) > duration:
+                for i in self._free_nodes(not_before):
+                    if self._fits_at(i, gpus, duration, not_before):
+                        return Placement(not_before, (i,), (gpus,))
+                if latest == not_before:
+                    fails[not_before] = min(duration, fails.get(not_before, INF))
+                    return None
+            elif latest == not_before < INF:
+                return None  # known not to start now, and now is all that was asked
         # 2. best start later: nodes in order of a lower bound, stop when it cannot win
-        fail_key = (gpus, not_before, latest)
-        if latest < INF and fails.get(fail_key, INF) <= duration:
+        if latest < INF and fails.get(latest, INF) <= duration:
             return None
         h = self._heap(gpus)
         best, best_i = INF, -1
         stale: list[tuple[float, int, int]] = []
+        version, pop = self._version, heapq.heappop  # locals: this loop runs for every job
         while h:
             bound, i, ver = h[0]
-            if ver != self._version[i]:
-                heapq.heappop(h)
+            if ver != version[i]:
+                pop(h)
                 continue
             # A node that could tie with `best` is still looked at unless its index is higher,
             # so the lowest index wins whatever the age of the heap's bounds (they lag behind
@@ -234,7 +241,7 @@ class OnPremProfile:
                 break
             if bound == best and i > best_i:
                 break
-            stale.append(heapq.heappop(h))
+            stale.append(pop(h))
             t = self._fit(i, gpus, duration, not_before)
             if t < best or (t == best and i < best_i):
                 best, best_i = t, i
@@ -242,7 +249,7 @@ class OnPremProfile:
             heapq.heappush(h, item)
         if best_i < 0 or best == INF or best > latest:
             if latest < INF:
-                fails[fail_key] = min(duration, fails.get(fail_key, INF))
+                fails[latest] = min(duration, fails.get(latest, INF))
             return None
         return Placement(best, (best_i,), (gpus,))
 
@@ -251,14 +258,16 @@ class OnPremProfile:
         h = self._heap(g)
         taken: list[tuple[float, int, int]] = []
         seen: set[int] = set()
+        version, pop, push = self._version, heapq.heappop, heapq.heappush
         while h and len(seen) < m:
-            item = heapq.heappop(h)
-            if item[2] != self._version[item[1]] or item[1] in seen:
+            item = pop(h)
+            i = item[1]
+            if item[2] != version[i] or i in seen:
                 continue
-            seen.add(item[1])
+            seen.add(i)
             taken.append(item)
         for item in taken:
-            heapq.heappush(h, item)
+            push(h, item)
         return [i for _, i, _ in taken]
 
     def _earliest_multi(self, gpus: int, not_before: float, duration: float) -> Placement | None:
@@ -280,21 +289,19 @@ class OnPremProfile:
             near_rest = sorted(self._nearest(rest, m))
         else:
             near_rest = list(range(len(self.cap)))
-        firsts = sorted({self._fit(i, G, duration, not_before) for i in near} - {INF})
+        whole_from = {i: self._fit(i, G, duration, not_before) for i in near}
+        firsts = sorted(set(whole_from.values()) - {INF})
         tail = max([not_before, *(self.times[i][-1] for i in near)])
+        either = sorted({*near_rest, *near}) if rest else []
         for t in [*firsts[: 2 * need + 8], tail]:
-            chosen = [i for i in near if self._fits_at(i, G, duration, t)][:full]
+            chosen = self._whole_nodes_at(near, whole_from, full, duration, t)
             if len(chosen) < full:
                 continue
             each = [G] * full
             if rest:
                 taken = set(chosen)
                 extra = next(
-                    (
-                        i
-                        for i in sorted({*near_rest, *near})
-                        if i not in taken and self._fits_at(i, rest, duration, t)
-                    ),
+                    (i for i in either if i not in taken and self._fits_at(i, rest, duration, t)),
                     -1,
                 )
                 if extra < 0:
@@ -303,6 +310,24 @@ class OnPremProfile:
                 each.append(rest)
             return Placement(t, tuple(chosen), tuple(each))
         return None
+
+    def _whole_nodes_at(
+        self, nodes: list[int], whole_from: dict[int, float], k: int, duration: float, at: float
+    ) -> list[int]:
+        """The first k of `nodes` (in their order) with all their GPUs free during
+        [at, at + duration). `whole_from[i]` is node i's earliest such start from `not_before`
+        (<= at): a node that only gets there after `at` cannot hold it at `at`, so only the
+        others are tested, and the search stops at the k-th."""
+        out: list[int] = []
+        if k <= 0:
+            return out
+        g = self.gpus_per_node
+        for i in nodes:
+            if whole_from[i] <= at and self._fits_at(i, g, duration, at):
+                out.append(i)
+                if len(out) == k:
+                    break
+        return out
 
     # ---- updates (mutate: the planner copies before it places anything) --------------------
 
@@ -346,6 +371,32 @@ class OnPremProfile:
             self._fails.clear()
             if start <= self._now[0] < end:
                 self._now = (-INF, [], 0)  # a node may have room again
+
+    def hold_from_start(self, i: int, holds: list[tuple[float, int]]) -> None:
+        """Node i, untouched so far, with each (end, gpus) of `holds` taken from the profile's
+        start until its end: the step function that `adjust(i, start, end, -gpus)` for each
+        would leave, built with one sort instead of a list insertion and a merge per job (the
+        planner does this for every running job of the cluster on every pass)."""
+        times, free = self.times[i], self.free[i]
+        start = times[0]
+        fresh = len(times) == 1 and free[0] == self.cap[i] and not self._heaps
+        if not fresh or not all(start < end < INF and gpus > 0 for end, gpus in holds):
+            for end, gpus in holds:  # not the case this is for: take the general path
+                self.adjust(i, start, end, -gpus)
+            return
+        released: dict[float, int] = {}  # end -> GPUs given back then
+        for end, gpus in holds:
+            released[end] = released.get(end, 0) + gpus
+        level = free[0] - sum(released.values())
+        new_times, new_free = [start], [level]
+        # Every end gives GPUs back, so each is a step of its own: nothing to merge.
+        for end in sorted(released):
+            level += released[end]
+            new_times.append(end)
+            new_free.append(level)
+        self.times[i], self.free[i] = new_times, new_free
+        self._shared[i] = False
+        self._version[i] += 1
 
     def _merge(self, i: int) -> None:
         times, free = self.times[i], self.free[i]

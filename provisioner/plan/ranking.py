@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from provisioner.config.models import PoolPolicy, SpotRisk
@@ -28,6 +28,16 @@ class Candidate:
     usd_hr_per_node: Decimal
     boot_s: float
     interruption_pct: float
+    # Derived once: expected_cost and rank run for every pending job of a pass, and turning
+    # the Decimal price into a float (or the key into text) each time was most of their cost.
+    _usd_hr_float: float = field(init=False, repr=False, compare=False)
+    _spot: bool = field(init=False, repr=False, compare=False)
+    key_text: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_usd_hr_float", float(self.usd_hr))
+        object.__setattr__(self, "_spot", self.key.capacity is CapacityType.SPOT)
+        object.__setattr__(self, "key_text", str(self.key))
 
     @property
     def usd_hr(self) -> Decimal:
@@ -36,8 +46,8 @@ class Candidate:
     def expected_cost(self, runtime_s: float, risk: SpotRisk) -> float:
         """$ for boot + runtime, plus the expected rework if spot capacity is reclaimed."""
         hours = (runtime_s + self.boot_s) / 3600.0
-        base = float(self.usd_hr) * hours
-        if self.key.capacity is CapacityType.SPOT:
+        base = self._usd_hr_float * hours
+        if self._spot:
             rate = self.interruption_pct / 100.0 / risk.reference_hours
             p = 1.0 - math.exp(-rate * hours)
             base *= 1.0 + p * risk.rework_fraction
@@ -119,4 +129,4 @@ def candidates_for(
 
 def rank(cands: Sequence[Candidate], runtime_s: float, risk: SpotRisk) -> list[Candidate]:
     """Cheapest expected cost first; ties broken by the offer key so ranking is deterministic."""
-    return sorted(cands, key=lambda c: (c.expected_cost(runtime_s, risk), str(c.key), c.pool))
+    return sorted(cands, key=lambda c: (c.expected_cost(runtime_s, risk), c.key_text, c.pool))
