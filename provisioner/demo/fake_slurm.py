@@ -179,6 +179,13 @@ class FakeSlurm:
         self.calls.append(("partition", f"{job_id}={job.partition}"))
         self._schedule()
 
+    def release(self, job_id: str) -> None:
+        """The fake never holds a job: releasing a pending one is a no-op, recorded."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not JobState.PENDING:
+            raise InvalidArgument(f"job {job_id} is not pending")
+        self.calls.append(("release", job_id))
+
     # ------------------------------------------------------------------ nodes (NodeControl)
 
     def _names(self, nodes: str | Iterable[str]) -> list[str]:

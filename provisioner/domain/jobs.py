@@ -46,6 +46,10 @@ class Job:
     nodes: tuple[str, ...] = ()
     eligible_ts: float | None = None
     held: bool = False
+    # Held by Slurm after a failed launch ("launch failed requeued held"). On 22.05 a job
+    # requeued from a CLOUD node that never got an address keeps the alias "TBD" and fails to
+    # launch on any other node (measured: docs/controller.md), so only a cloud node can run it.
+    launch_failed: bool = False
 
     def __post_init__(self) -> None:
         if self.gpus < 0:

@@ -30,6 +30,8 @@ class ReasonCode(StrEnum):
     TERMINATE_DRAINED = "terminate_drained"
     KEEP_GPU_BUSY = "keep_gpu_busy"
     JOIN_TIMEOUT = "join_timeout"
+    # a job Slurm held after a failed launch goes back to the queue in a burst partition only
+    RELEASE_LAUNCH_FAILED = "release_launch_failed"
 
 
 class Rejection(StrEnum):

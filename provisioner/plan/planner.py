@@ -453,7 +453,8 @@ class _Planner:
         classes: dict[tuple[str, str], _JobClass] = {}
         for job in _queue_order(self.snap.pending):
             if not job.can_start(now):
-                self._not_eligible(job)
+                if not (job.launch_failed and self._release(job)):
+                    self._not_eligible(job)
                 continue
             jc = classes.get((job.partition, job.qos))
             if jc is None:
@@ -537,6 +538,24 @@ class _Planner:
                 continue
             out.add(job, wp, runtime, start, budget, ranked)
         return out
+
+    def _release(self, job: Job) -> bool:
+        """A job Slurm held after a failed launch can only launch on a cloud node (see
+        `Job.launch_failed`): it goes back to the queue in the burst partition of its cheapest
+        fitting pool. Nothing is bought here: Slurm powers a node up for it, and that power-up
+        is planned with every guardrail. False when no pool can hold it."""
+        jc = self._job_class(job)
+        model = job.gpu_type.lower() if job.gpu_type else self.onprem_model
+        ranked = self._ranked(job, model, jc.spot_ok, _runtime(job, self.policy, jc.wait))
+        if not ranked:
+            return False
+        self._decide(
+            ReasonCode.RELEASE_LAUNCH_FAILED,
+            (job.job_id,),
+            pool=ranked[0].pool,
+            detail={"why": "held by Slurm after a failed launch: back in a burst partition"},
+        )
+        return True
 
     def _not_eligible(self, job: Job) -> None:
         """Held, or not to start before its begin time: no capacity now, on-prem or cloud, can

@@ -26,6 +26,8 @@ REASON_WORDS: dict[str, str] = {
     ReasonCode.TERMINATE_DRAINED: "Terminate: the node is drained",
     ReasonCode.KEEP_GPU_BUSY: "Keep: the node's GPUs are busy",
     ReasonCode.JOIN_TIMEOUT: "Give up: the node did not join Slurm in time",
+    ReasonCode.RELEASE_LAUNCH_FAILED: "Release: Slurm held the job after a failed launch; "
+    "it goes back to the queue in a burst partition",
 }
 
 

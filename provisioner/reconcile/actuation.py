@@ -162,6 +162,10 @@ class PassActuation:
                 pool = self.ctx.pool(d.pool)
                 if pool is not None:
                     _add(report, self.slurm.move_jobs(d.job_ids, pool.partition, jobs))
+            elif d.reason is ReasonCode.RELEASE_LAUNCH_FAILED:
+                pool = self.ctx.pool(d.pool)
+                if pool is not None:
+                    _add(report, self.slurm.release_jobs(d.job_ids, pool.partition, jobs))
         for dr in plan.drains:
             _add(report, self.slurm.drain(dr, now))
         for t in plan.terminations:

@@ -1,4 +1,4 @@
-"""`JobControl` over scontrol: widen a pending job's partition list."""
+"""`JobControl` over scontrol: set a pending job's partition list, release a held job."""
 
 from __future__ import annotations
 
@@ -25,7 +25,14 @@ class ScontrolJobControl:
             raise InvalidArgument(f"bad job update: {job_id!r} -> {partitions!r}")
         if any(not p.replace("-", "").replace("_", "").isalnum() for p in parts):
             raise InvalidArgument(f"bad partition names: {parts!r}")
-        argv = [self._scontrol, "update", f"jobid={job_id}", f"partition={','.join(parts)}"]
+        self._run([self._scontrol, "update", f"jobid={job_id}", f"partition={','.join(parts)}"])
+
+    def release(self, job_id: str) -> None:
+        if not job_id or not job_id.replace("_", "").isalnum():
+            raise InvalidArgument(f"bad job id to release: {job_id!r}")
+        self._run([self._scontrol, "release", job_id])
+
+    def _run(self, argv: list[str]) -> None:
         try:
             res: CommandResult = self._runner.run(argv, timeout_s=self._timeout_s)
         except CommandTimeout as exc:

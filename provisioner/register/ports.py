@@ -30,6 +30,10 @@ class JobControl(Protocol):
         """Set a pending job's partition list (e.g. `onprem` -> `onprem,cloud`)."""
         ...
 
+    def release(self, job_id: str) -> None:
+        """Release a held pending job (`scontrol release`)."""
+        ...
+
 
 class NodeLauncher(Protocol):
     def sync(self, instances: Iterable[CloudInstance]) -> tuple[list[str], list[str]]:

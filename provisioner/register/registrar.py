@@ -1,4 +1,5 @@
-"""The Slurm side of a pass: partitions widened for burst jobs, idle burst nodes drained
+"""The Slurm side of a pass: partitions widened for burst jobs (or, for jobs held after a failed
+launch, set to a burst partition and released), idle burst nodes drained
 (`power_down_asap`), nodes resumed or marked failed. The fence is checked before each call into
 Slurm; what a call did is handed back as a `SlurmOutcome` for the pass report.
 """
@@ -91,6 +92,30 @@ class SlurmRegistrar:
                 ctl.set_partitions(jid, parts)
                 moved += 1
                 log.info("job %s may now run in %s", jid, ",".join(parts))
+            except (ProvisionerError, ValueError) as exc:
+                errors.append(f"job {jid}: {exc}")
+        return SlurmOutcome(errors=tuple(errors), jobs_moved=moved)
+
+    def release_jobs(
+        self, job_ids: Iterable[str], partition: str, jobs: Mapping[str, Job]
+    ) -> SlurmOutcome:
+        """Put jobs Slurm held after a failed launch back in the queue, in the pool's burst
+        partition only: a cloud node is the one place such a job can launch (see Job)."""
+        ctl = self.job_control
+        if ctl is None:
+            return NOTHING
+        self.records.check_fence()
+        moved = 0
+        errors: list[str] = []
+        for jid in job_ids:
+            job = jobs.get(jid)
+            if job is None or not job.launch_failed:
+                continue
+            try:
+                ctl.set_partitions(jid, [partition])
+                ctl.release(jid)
+                moved += 1
+                log.info("job %s held after a failed launch: released into %s", jid, partition)
             except (ProvisionerError, ValueError) as exc:
                 errors.append(f"job {jid}: {exc}")
         return SlurmOutcome(errors=tuple(errors), jobs_moved=moved)

@@ -295,6 +295,9 @@ class FakeSlurm:
             raise ValueError("bad job id")
         self.calls.append(f"partition:{job_id}={','.join(partitions)}")
 
+    def release(self, job_id: str) -> None:
+        self.calls.append(f"release:{job_id}")
+
 
 def registrar(store, calls, slurm, **kw) -> SlurmRegistrar:
     return SlurmRegistrar(
@@ -339,6 +342,20 @@ def test_jobs_get_the_pools_partition_once(world):
     out = registrar(store, calls, slurm).move_jobs(["1", "2", "bad", "gone"], "cloud", jobs)
     assert out.jobs_moved == 1 and out.errors == ("job bad: bad job id",)
     assert calls == ["check_fence", "partition:1=onprem,cloud"]
+
+
+def test_a_job_held_after_a_failed_launch_goes_back_in_the_burst_partition_only(world):
+    """The partition is set first (a release alone would put it back on-prem, where 22.05
+    cannot launch it), then the hold is released; a job not held that way is left alone."""
+    import dataclasses
+
+    store, calls, _ = world
+    slurm = FakeSlurm(calls)
+    held = dataclasses.replace(job("1", ("onprem", "cloud")), held=True, launch_failed=True)
+    jobs = {"1": held, "2": job("2")}
+    out = registrar(store, calls, slurm).release_jobs(["1", "2", "gone"], "cloud", jobs)
+    assert out.jobs_moved == 1 and out.errors == ()
+    assert calls == ["check_fence", "partition:1=cloud", "release:1"]
 
 
 def test_node_fixes_are_fenced_and_report_what_slurm_refused(world):

@@ -196,3 +196,53 @@ def test_spot_interruption_drains_and_requeues(cluster: Cluster) -> None:
         NodeState.DRAINED,
     )
     c.wait("slurmd stopped", lambda s: not c.launcher.running(name), timeout=20)
+
+
+def test_job_requeued_from_a_cloud_node_that_never_booted_still_runs(cluster: Cluster) -> None:
+    """A job allocated to a CLOUD node whose instance never comes is requeued when the node is
+    marked failed. On 22.05 it keeps the node alias "TBD" and fails to launch on an on-prem
+    node, so Slurm holds it ("launch failed requeued held"): the observer says so, and the
+    registrar's release (burst partition only, then `scontrol release`) gets it run on a cloud
+    node that boots. 24.11 runs it on-prem as is. Either way it completes, once."""
+    from provisioner.domain.jobs import Job
+    from provisioner.register.job_control import ScontrolJobControl
+    from provisioner.register.slurm_control import SlurmControlError
+
+    c = cluster
+    jid = c.sbatch("-p", "cloud", "--gres=gpu:1", wrap="echo ran on $SLURMD_NODENAME")
+    name = c.wait("the job on a powering-up node", lambda s: next(iter(job(s, jid).nodes), ""), 20)
+    c.handler.never_join.add(name)  # the "instance" never comes up
+    c.control.mark_failed(name, "test: instance never came")  # as a join timeout does
+    c.wait("the requeue", lambda s: job(s, jid).state is JobState.PENDING, timeout=20)
+    c.handler.never_join.clear()
+    ctl = ScontrolJobControl(c.runner)
+
+    def moved(_s) -> bool:  # 24.11 refuses updates while the requeue completes: retry
+        try:
+            ctl.set_partitions(jid, ["onprem", "cloud"])  # the user's choice: on-prem first
+        except SlurmControlError as exc:
+            return "temporarily unavailable" not in str(exc) and pytest.fail(str(exc))
+        return True
+
+    c.wait("the partition update", moved, timeout=30)
+    # Slurm delays a requeued job (a begin time ahead); the test does not wait that out
+    c.sh("scontrol", "update", f"jobid={jid}", "starttime=now")
+
+    def settled(s) -> Job | None:
+        j = job(s, jid)
+        return j if j.launch_failed or j.state is JobState.COMPLETED else None
+
+    got = c.wait("the job to run or be held", settled, timeout=40)
+    if c.series == "22.05":
+        assert got.launch_failed and got.held, got  # the defect, as measured
+        ctl.set_partitions(jid, ["cloud"])  # what SlurmRegistrar.release_jobs does
+        ctl.release(jid)
+        c.sh("scontrol", "update", f"jobid={jid}", "starttime=now")
+        got = c.wait(
+            "the job to complete on a cloud node",
+            lambda s: job(s, jid) if job(s, jid).state is JobState.COMPLETED else None,
+            timeout=60,
+        )
+        assert got.nodes and got.nodes[0] in c.cloud_nodes, got
+    else:
+        assert got.state is JobState.COMPLETED and not got.launch_failed, got

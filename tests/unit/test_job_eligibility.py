@@ -83,3 +83,32 @@ def test_once_its_begin_time_passes_it_is_planned_like_any_job() -> None:
     p = plan(snap(job), policy(), catalog(), Backoff(), T0)
     (up,) = p.scale_ups
     assert up.job_ids == ("b",)
+
+
+def test_a_hold_after_a_failed_launch_is_read_as_such() -> None:
+    """22.05's squeue --json, as measured: the reason says JobHeldUser, the description says
+    why; scontrol spells it launch_failed_requeued_held."""
+    rec = _pending_record()
+    rec["state_reason"] = "JobHeldUser"
+    rec["state_description"] = "launch failed requeued held"
+    job = parse_job(rec)
+    assert job.held and job.launch_failed
+    rec["state_description"] = ""
+    rec["state_reason"] = "launch_failed_requeued_held"
+    assert parse_job(rec).launch_failed
+    rec["state_reason"] = "JobHeldUser"
+    plain = parse_job(rec)
+    assert plain.held and not plain.launch_failed
+
+
+def test_a_job_held_after_a_failed_launch_is_released_into_a_burst_partition() -> None:
+    job = pending("b", 1, runtime=1000, held=True, launch_failed=True)
+    p = plan(snap(job), policy(), catalog(), Backoff(), T0)
+    assert p.scale_ups == ()  # nothing bought: Slurm's power-up for it is planned later
+    (d,) = [d for d in p.decisions if d.job_ids == ("b",)]
+    assert d.reason is ReasonCode.RELEASE_LAUNCH_FAILED and d.pool
+    # a plain hold stays a wait
+    held = pending("c", 1, runtime=1000, held=True)
+    p = plan(snap(held), policy(), catalog(), Backoff(), T0)
+    (d,) = [d for d in p.decisions if d.job_ids == ("c",)]
+    assert d.reason is ReasonCode.WAIT_NOT_ELIGIBLE

@@ -277,6 +277,7 @@ def parse_job(rec: Mapping[str, Any]) -> Job:
         nodes=nodes,
         eligible_ts=eligible if not started else None,
         held=not started and _held(rec),
+        launch_failed=not started and _launch_failed(rec),
     )
 
 
@@ -290,6 +291,14 @@ def _held(rec: Mapping[str, Any]) -> bool:
     if reason.upper() in _HELD_REASONS or reason.lower().endswith("requeued held"):
         return True
     return "REQUEUE_HOLD" in {w.upper() for w in _words(rec.get("job_state"))}
+
+
+def _launch_failed(rec: Mapping[str, Any]) -> bool:
+    """Held after a failed launch. 22.05's squeue --json says `state_reason: JobHeldUser` with
+    `state_description: "launch failed requeued held"`; scontrol spells the reason
+    `launch_failed_requeued_held`."""
+    text = f"{_text(rec.get('state_reason'))} {_text(rec.get('state_description'))}"
+    return "launch failed requeued held" in text.lower().replace("_", " ")
 
 
 def _words(raw: Any) -> list[str]:
