@@ -34,7 +34,8 @@ The sweep never kills a job:
   record rebuilt from its tags (origin `orphan`, billed from the cloud's launch time, its own
   ledger kind). When Slurm shows burst nodes of its pool running jobs that no record holds, one
   of them may be this machine: those nodes are drained (their jobs finish, no new ones start)
-  and the pool's orphans are kept until none of them runs a job; then they are terminated;
+  and the pool's orphans are kept until none of them runs a job. Otherwise an orphan is bound
+  to a node of its pool Slurm is powering up (no machine runs that node yet), else terminated;
 * a record past its lease whose node Slurm shows running a job is left alone;
 * the safety valve: when the store and the clouds disagree about more than
   `max_disagreements` instances in one pass (orphans plus records whose VM is gone), the sweep
@@ -300,8 +301,15 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
     # Pools where Slurm runs jobs on burst nodes no record holds: an orphan there may be one
     # of those machines, so none of that pool's orphans is terminated.
     unheld_busy: dict[str, list[str]] = {}
+    # A node still powering up runs on no machine yet, so no orphan can be under it.
     for n in sorted(snap.nodes, key=lambda n: n.name):
-        if n.kind is NodeKind.BURST and n.name in busy and n.name not in holders and n.pool:
+        if (
+            n.kind is NodeKind.BURST
+            and n.name in busy
+            and n.name not in holders
+            and n.pool
+            and n.state is not NodeState.POWERING_UP
+        ):
             unheld_busy.setdefault(n.pool, []).append(n.name)
 
     # Powered-up nodes nobody holds yet, per pool, in name order.
@@ -353,10 +361,19 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
             continue
         node_name = inst.node_name
         if inst.origin is InstanceOrigin.ORPHAN and not node_name:
-            # Rebuilt from tags: it never boots as a node Slurm powers up. Terminated once its
-            # pool has no unheld node running jobs (it may be one of them).
-            if inst.pool not in unheld_busy:
+            # Rebuilt from tags. While its pool has an unheld node running jobs it may be that
+            # machine: kept, and left unbound. Otherwise it is no node's machine, so it serves
+            # a node Slurm is powering up for jobs (a store restored from an older copy forgot
+            # the binding, and Slurm would fail the node at its ResumeTimeout), or goes.
+            if inst.pool in unheld_busy:
+                continue
+            queue = free_nodes.get(inst.pool)
+            if not queue:
                 kill(inst, "orphan: no slurm node of its pool runs jobs")
+                continue
+            node_name = queue.pop(0)
+            binds.append(Bind(iid, node_name))
+            moves.append(Move(iid, S.JOINING, f"orphan: serves {node_name}, powering up"))
             continue
         if state in (S.REQUESTED, S.ALLOCATED) and not node_name:
             queue = free_nodes.get(inst.pool)
@@ -457,7 +474,9 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
                             name,
                             NodeFix(name, "drain", "burst node with no instance record: drain"),
                         )
-            else:
+            elif not free_nodes.get(o.pool):
+                # (with a node of its pool powering up and nobody to serve it, it is kept: the
+                # next pass binds its record to that node)
                 kills[o.instance_id] = Kill(o.instance_id, o, "sweep: orphan")
         for t in sweep.terminate:
             rec = by_id.get(t.instance.instance_id)

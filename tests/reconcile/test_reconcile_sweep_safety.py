@@ -165,3 +165,35 @@ def test_a_terminated_instance_the_store_never_recorded_is_still_billed():
     assert rec.state is S.TERMINATED and rec.origin is InstanceOrigin.ORPHAN
     assert rec.launched_ts == NOW - 5400 and rec.entered_state_ts == NOW - 1800
     assert p.kills == ()
+
+
+def test_an_orphan_serves_a_node_slurm_is_powering_up_for_jobs_the_store_forgot():
+    """A store restored from an older copy forgot which node an instance was to serve, while
+    Slurm powers that node up for a job. The node runs on no machine yet, so the orphan cannot
+    be under another busy node: it is bound to the node and joins (measured in the live soak:
+    left unbound, Slurm failed the node at its ResumeTimeout and requeued the job)."""
+    booting = (burst("cloud-aws-1", NodeState.POWERING_UP, alloc=8),)
+    job = Job("77", 8, NOW - 60, state=JobState.RUNNING, start_ts=NOW - 30, nodes=("cloud-aws-1",))
+    p = sync(own=[owned("i-9")], nodes=booting, jobs=(job,))
+    (rec,) = p.orphans  # first pass: recorded from its tags, the node left alone
+    assert p.kills == () and p.nodes == ()
+    p = sync(records=[StoredInstance(rec, team="")], own=[owned("i-9")], nodes=booting, jobs=(job,))
+    assert [(b.instance_id, b.node) for b in p.bind] == [("i-9", "cloud-aws-1")]
+    assert [(m.instance_id, m.to) for m in p.moves] == [("i-9", S.JOINING)]
+    assert p.kills == ()
+
+
+def test_an_orphan_stays_unbound_while_its_pool_has_an_unrecorded_node_running_jobs():
+    """It may be the machine under that node: it is neither bound elsewhere nor killed."""
+    nodes = (
+        burst("cloud-aws-1", NodeState.ALLOCATED, alloc=8),
+        burst("cloud-aws-2", NodeState.POWERING_UP, alloc=8),
+    )
+    jobs = (job_on("cloud-aws-1"), job_on("cloud-aws-2", job_id="78"))
+    first = sync(own=[owned("i-9")], nodes=nodes, jobs=jobs)
+    assert first.kills == () and [(f.node, f.action) for f in first.nodes] == [
+        ("cloud-aws-1", "drain")  # the busy one; the one powering up runs on no machine yet
+    ]
+    rec = first.orphans[0]
+    p = sync(records=[StoredInstance(rec, team="")], own=[owned("i-9")], nodes=nodes, jobs=jobs)
+    assert p.bind == () and p.kills == ()
