@@ -25,6 +25,7 @@ import io
 import json
 import logging
 import threading
+import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
@@ -73,6 +74,9 @@ class Fault:
     # apply-then-drop: moto carries the request out, then the caller gets the error instead of
     # moto's answer (a response lost on the way back: the change happened, the caller can't know)
     apply: bool = False
+    # the answer is held this long before it is sent (outside the layer's lock): a request in
+    # flight that a test can kill the caller during (with `apply`, after moto carried it out)
+    hold_s: float = 0.0
 
     def matches(self, action: str, params: dict[str, str]) -> bool:
         if self.times <= 0 or self.action != action:
@@ -90,6 +94,8 @@ class _State:
     capacity: dict[tuple[str, str], int] = field(default_factory=dict)
     failed_launches: dict[str, list[str]] = field(default_factory=dict)  # group -> messages
     lock: threading.RLock = field(default_factory=threading.RLock)
+    # set while a `hold_s` answer is being held (a caller is mid cloud call)
+    holding: threading.Event = field(default_factory=threading.Event)
 
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -110,6 +116,7 @@ class FaultMiddleware:
         form = parse_qs(body.decode("utf-8", "replace")) | parse_qs(query)
         params = {k: v[0] for k, v in form.items()}
         action = params.get("Action") or environ.get("HTTP_X_AMZ_TARGET", ".").split(".")[-1]
+        held: Fault | None = None
         with self.state.lock:
             self.state.hits[action] = self.state.hits.get(action, 0) + 1
             for f in self.state.faults:
@@ -119,12 +126,24 @@ class FaultMiddleware:
                     if f.apply:
                         for _ in self.app(environ, lambda *a, **k: None):
                             pass  # moto applied it; its answer is dropped
-                    return self._respond(f, start_response)
-            if action == "DescribeScalingActivities":
+                    if f.hold_s <= 0:
+                        return self._respond(f, start_response)
+                    held = f
+                    break
+            if held is None and action == "DescribeScalingActivities":
                 group = params.get("AutoScalingGroupName", "")
                 msgs = list(self.state.failed_launches.get(group, ()))
                 if msgs:
                     return _xml(start_response, 200, _activities(group, msgs))
+        if held is not None:
+            self.state.holding.set()
+            try:
+                time.sleep(held.hold_s)  # the caller waits on the wire, as on a slow network
+            finally:
+                self.state.holding.clear()
+            if held.apply or held.code or held.body:
+                return self._respond(held, start_response)
+            # only a delay: moto answers as usual, late
         return self.app(environ, start_response)
 
     @staticmethod
