@@ -205,11 +205,10 @@ def _start(series: str) -> tuple[Path, dict[str, str]]:
     return sdir, load_env_sh(sdir / "env.sh")
 
 
-@pytest.fixture(scope="session", params=SERIES)
-def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    series: str = request.param
+def open_cluster(series: str) -> Cluster:
+    """Start (or reuse) the live cluster of one release, reset; its env is put in os.environ
+    (the caller restores it)."""
     sdir, env = _start(series)
-    saved = dict(os.environ)
     os.environ.update(env)
     bin_dir = env.get("SLURM_BIN_DIR") or None
     runner = SubprocessRunner(slurm_conf=env["SLURM_CONF"], bin_dir=bin_dir)
@@ -241,8 +240,15 @@ def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         rest=rest,
     )
     (sdir / "jobs").mkdir(exist_ok=True)
+    _reset(cluster)
+    return cluster
+
+
+@pytest.fixture(scope="session", params=SERIES)
+def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    saved = dict(os.environ)
     try:
-        _reset(cluster)
+        cluster = open_cluster(request.param)
         yield cluster
         _reset(cluster)
     finally:  # the other release's tests must not see this cluster's env
