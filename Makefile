@@ -100,9 +100,11 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy provisioner
 
-# The seeded chaos soak at full length: 20 seeds, faults of every kind, invariants checked.
+# The seeded chaos soak at full length: 20 seeds, faults of every kind, invariants checked;
+# then the soak on real parts (provisioner run, both Slurm releases, moto), 3 seeds each.
 chaos: venv
 	$(BIN)/python bench/chaos.py --seeds 20
+	$(BIN)/python bench/chaos.py --live --seeds 3
 
 bench: venv pg-up
 	for b in bench/*.py; do echo "== $$b"; PROVISIONER_TEST_DATABASE_URL=$(PG_URL) $(BIN)/python $$b || exit 1; done
