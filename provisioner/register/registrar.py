@@ -77,30 +77,39 @@ class SlurmRegistrar:
         self, job_ids: Iterable[str], partition: str, jobs: Mapping[str, Job]
     ) -> SlurmOutcome:
         """Let Slurm place burst jobs on a pool's nodes: add the pool's partition."""
-        ctl = self.job_control
-        if ctl is None:
-            return NOTHING
-        self.records.check_fence()
-        moved = 0
-        errors: list[str] = []
-        for jid in job_ids:
-            job = jobs.get(jid)
-            if job is None or partition in job.partitions:
-                continue
+
+        def widen(ctl: JobControl, job: Job) -> str | None:
+            if partition in job.partitions:
+                return None
             parts = [*job.partitions, partition]
-            try:
-                ctl.set_partitions(jid, parts)
-                moved += 1
-                log.info("job %s may now run in %s", jid, ",".join(parts))
-            except (ProvisionerError, ValueError) as exc:
-                errors.append(f"job {jid}: {exc}")
-        return SlurmOutcome(errors=tuple(errors), jobs_moved=moved)
+            ctl.set_partitions(job.job_id, parts)
+            return f"job {job.job_id} may now run in {','.join(parts)}"
+
+        return self._update_jobs(job_ids, jobs, widen)
 
     def release_jobs(
         self, job_ids: Iterable[str], partition: str, jobs: Mapping[str, Job]
     ) -> SlurmOutcome:
         """Put jobs Slurm held after a failed launch back in the queue, in the pool's burst
         partition only: a cloud node is the one place such a job can launch (see Job)."""
+
+        def release(ctl: JobControl, job: Job) -> str | None:
+            if not job.launch_failed:
+                return None
+            ctl.set_partitions(job.job_id, [partition])
+            ctl.release(job.job_id)
+            return f"job {job.job_id} held after a failed launch: released into {partition}"
+
+        return self._update_jobs(job_ids, jobs, release)
+
+    def _update_jobs(
+        self,
+        job_ids: Iterable[str],
+        jobs: Mapping[str, Job],
+        update: Callable[[JobControl, Job], str | None],
+    ) -> SlurmOutcome:
+        """Fenced, one job at a time: `update` returns what it did (logged), or None when the
+        job needs nothing; a job Slurm refuses is reported and the others still go."""
         ctl = self.job_control
         if ctl is None:
             return NOTHING
@@ -109,15 +118,16 @@ class SlurmRegistrar:
         errors: list[str] = []
         for jid in job_ids:
             job = jobs.get(jid)
-            if job is None or not job.launch_failed:
+            if job is None:
                 continue
             try:
-                ctl.set_partitions(jid, [partition])
-                ctl.release(jid)
-                moved += 1
-                log.info("job %s held after a failed launch: released into %s", jid, partition)
+                done = update(ctl, job)
             except (ProvisionerError, ValueError) as exc:
                 errors.append(f"job {jid}: {exc}")
+                continue
+            if done is not None:
+                moved += 1
+                log.info("%s", done)
         return SlurmOutcome(errors=tuple(errors), jobs_moved=moved)
 
     def drain(self, dr: Drain, now: float) -> SlurmOutcome:
