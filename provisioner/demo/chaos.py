@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.clock import ManualClock
-from provisioner.domain.errors import NotKnown, SnapshotError
+from provisioner.domain.errors import InvalidArgument, NotKnown, SnapshotError
 from provisioner.domain.jobs import JobState
 from provisioner.domain.snapshot import ClusterSnapshot
 
@@ -171,7 +171,7 @@ class Soak:
         self.interrupted: dict[str, float] = {}  # instance id -> when the cloud took it
         self.intent_nodes: dict[str, int] = {}  # intent token -> nodes, across store copies
         self.copies: list[Path] = []
-        self.prices = _prices()
+        self.prices = catalog_prices()
         self.kill_at: tuple[str, int] | None = None
         self.kill_count = 0
         self.events: list[str] = []  # what happened, for a violation's context
@@ -303,17 +303,8 @@ class Soak:
         self.result.faults[kind] += 1
         self.events.append(kind)
         srv = self.server
-        if kind == "capacity":
-            srv.set_capacity(REGION, ITYPE, 0)
-        elif kind == "partial_fill":
-            srv.set_capacity(REGION, ITYPE, 1)
-        elif kind == "throttle":
-            action = self.rng.choice(["SetDesiredCapacity", "DescribeAutoScalingGroups"])
-            srv.add_fault(action, "Throttling", service="autoscaling", status=400, times=2)
-        elif kind == "lost_response":
-            action = self.rng.choice(["SetDesiredCapacity", "TerminateInstanceInAutoScalingGroup"])
-            srv.add_fault(action, "InternalFailure", service="autoscaling", status=500,
-                          times=1, apply=True)  # fmt: skip
+        if kind in CLOUD_FAULTS:
+            inject_cloud_fault(srv, kind, self.rng)
         elif kind == "slurm_down":
             self.slurm_down_until = (
                 self.clock.now().timestamp() + self.rng.choice([1, 2, 3]) * TICK_S
@@ -396,7 +387,7 @@ class Soak:
         if i % 7 == 3:  # an older copy of the store for `old_store` faults
             dst = self.dir / f"store-{i}.sqlite"
             with contextlib.suppress(Exception):
-                _backup_sqlite(self.dir / "store.sqlite", dst)
+                backup_sqlite(self.dir / "store.sqlite", dst)
                 self.copies.append(dst)
                 self.copies = self.copies[-3:]
         # faults of the cloud last a pass or two, as a capacity shortage does
@@ -446,7 +437,7 @@ class Soak:
         self.result.instances = len(insts)
         running = [i for i in insts if i["State"]["Name"] in ("pending", "running")]
         # budgets: what the cloud runs now, and each team's month spend
-        burn = sum((self.prices[_capacity(i)] for i in running), Decimal(0))
+        burn = sum((self.prices[capacity_of(i)] for i in running), Decimal(0))
         self.result.checks += 1
         if burn > GLOBAL_CAP:
             self._violation(f"t+{now - self.t0:.0f}s: cloud runs ${burn}/h > cap ${GLOBAL_CAP}/h")
@@ -498,7 +489,7 @@ class Soak:
                 self._violation(f"{iid} still running at the end")
                 continue
             ran = log[iid] - i["LaunchTime"].timestamp()
-            expected = self.prices[_capacity(i)] * Decimal(repr(max(60.0, ran))) / 3600
+            expected = self.prices[capacity_of(i)] * Decimal(repr(max(60.0, ran))) / 3600
             billed = sum((e.cost for e in self.c.store.ledger_entries(instance_id=iid)), Decimal(0))
             if billed < expected - Decimal("0.01"):
                 self._violation(f"{iid}: the cloud ran ${expected:.4f}, the ledger has ${billed}")
@@ -602,12 +593,33 @@ class _FlakySlurm:
         return s.fake.observe()
 
 
-def _capacity(inst: dict[str, Any]) -> str:
+CLOUD_FAULTS = ("capacity", "partial_fill", "throttle", "lost_response")
+
+
+def inject_cloud_fault(server: Any, kind: str, rng: random.Random) -> None:
+    """One of CLOUD_FAULTS at moto's fault layer: no capacity left, room for one instance,
+    throttling, or a resize/terminate moto carries out whose answer is lost."""
+    if kind == "capacity":
+        server.set_capacity(REGION, ITYPE, 0)
+    elif kind == "partial_fill":
+        server.set_capacity(REGION, ITYPE, 1)
+    elif kind == "throttle":
+        action = rng.choice(["SetDesiredCapacity", "DescribeAutoScalingGroups"])
+        server.add_fault(action, "Throttling", service="autoscaling", status=400, times=2)
+    elif kind == "lost_response":
+        action = rng.choice(["SetDesiredCapacity", "TerminateInstanceInAutoScalingGroup"])
+        server.add_fault(action, "InternalFailure", service="autoscaling", status=500,
+                         times=1, apply=True)  # fmt: skip
+    else:
+        raise InvalidArgument(f"not a cloud fault: {kind!r}")
+
+
+def capacity_of(inst: dict[str, Any]) -> str:
     tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
     return "spot" if tags.get("capacity") == "spot" else "on-demand"
 
 
-def _prices() -> dict[str, Decimal]:
+def catalog_prices() -> dict[str, Decimal]:
     """The p4d.24xlarge prices in us-east-1 from the shipped price list (not the product)."""
     import csv
 
@@ -626,7 +638,7 @@ def _boto_clients(capacity: Any) -> Iterator[Any]:
             yield value
 
 
-def _backup_sqlite(src: Path, dst: Path) -> None:
+def backup_sqlite(src: Path, dst: Path) -> None:
     """A consistent copy of a live SQLite file (the online backup API)."""
     import sqlite3
 

@@ -44,7 +44,6 @@ the GCE client runs against its fake in the `gcp` tests.
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import os
 import random
@@ -67,10 +66,17 @@ from typing import Any
 
 import yaml
 
+from provisioner.demo.chaos import (
+    CLOUD_FAULTS,
+    REGION,
+    backup_sqlite,
+    capacity_of,
+    catalog_prices,
+    inject_cloud_fault,
+)
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO_POLICIES = REPO / "policies" / "demo" / "slurm"
-REGION = "us-east-1"
-ITYPE = "p4d.24xlarge"
 POOL = "cloud-aws"
 TEAM, ACCOUNT = "vision", "acct-v"
 TEAM_BUDGET = Decimal("50")
@@ -125,16 +131,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _prices() -> dict[str, Decimal]:
-    """p4d.24xlarge in us-east-1 from the shipped price list (not the product's code)."""
-    with (REPO / "policies" / "catalog" / "gpu_offers.csv").open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            if (row["cloud"], row["region"], row["instance_type"]) == ("aws", REGION, ITYPE):
-                return {"on-demand": Decimal(row["ondemand_usd_hr"]),
-                        "spot": Decimal(row["spot_usd_hr"])}  # fmt: skip
-    raise LookupError(f"no {ITYPE} in {REGION} in the catalog")
-
-
 class _TerminateLog:
     """moto's own record of when it terminated each instance (its `terminate`, timed)."""
 
@@ -162,11 +158,6 @@ class _TerminateLog:
         if self._orig is not None:
             mod: Any = mi
             mod.Instance.terminate = self._orig
-
-
-def _backup_sqlite(src: Path, dst: Path) -> None:
-    with sqlite3.connect(src, timeout=10) as a, sqlite3.connect(dst) as b:
-        a.backup(b)
 
 
 class LiveSoak:
@@ -201,7 +192,7 @@ class LiveSoak:
         self.store_path = self.dir / "store.sqlite"
         self.url = f"sqlite:///{self.store_path}"
         self.port = _free_port()
-        self.prices = _prices()
+        self.prices = catalog_prices()
         self.result = LiveResult(seed)
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: Any = None
@@ -380,20 +371,10 @@ class LiveSoak:
             return False
         self.result.faults[kind] += 1
         self.events.append(f"{time.time() - self.t0:.1f}s {kind}")
-        srv = self.moto
         if kind == "kill":
             self._kill_fault()
-        elif kind == "capacity":
-            srv.set_capacity(REGION, ITYPE, 0)
-        elif kind == "partial_fill":
-            srv.set_capacity(REGION, ITYPE, 1)
-        elif kind == "throttle":
-            action = self.rng.choice(["SetDesiredCapacity", "DescribeAutoScalingGroups"])
-            srv.add_fault(action, "Throttling", service="autoscaling", status=400, times=2)
-        elif kind == "lost_response":
-            action = self.rng.choice(["SetDesiredCapacity", "TerminateInstanceInAutoScalingGroup"])
-            srv.add_fault(action, "InternalFailure", service="autoscaling", status=500,
-                          times=1, apply=True)  # fmt: skip
+        elif kind in CLOUD_FAULTS:
+            inject_cloud_fault(self.moto, kind, self.rng)
         elif kind == "slurm_down":
             self._slurmctld_down(self.rng.uniform(1.0, 4.0))
         elif kind == "stale":
@@ -583,7 +564,7 @@ class LiveSoak:
         insts = self._moto()
         self.result.instances = len(insts)
         live = [i for i in insts if i["State"]["Name"] in ("pending", "running")]
-        burn = sum((self.prices[_capacity(i)] for i in live), Decimal(0))
+        burn = sum((self.prices[capacity_of(i)] for i in live), Decimal(0))
         self.result.checks += 1
         if burn > GLOBAL_CAP:
             self._violation(f"t+{time.time() - self.t0:.0f}s: moto runs ${burn}/h > ${GLOBAL_CAP}")
@@ -592,23 +573,25 @@ class LiveSoak:
         if final:
             self._check_money(insts)
 
-    def _collect_intents(self) -> None:
+    def _collect_intents(self, store: Any = None) -> None:
         """The scale-up intents the store holds now, kept across store copies."""
         from provisioner.store import Store
 
-        store = Store(self.url)
+        own = store is None
+        store = Store(self.url) if own else store
         try:
             for it in store.intents(kind="scale_up"):
                 self.intent_nodes[it.token] = max(self.intent_nodes.get(it.token, 0), it.nodes)
         finally:
-            store.close()
+            if own:
+                store.close()
 
     def _check_intents(self, insts: list[dict[str, Any]]) -> None:
         from provisioner.store import Store
 
-        self._collect_intents()
-        store = Store(self.url)
+        store = Store(self.url)  # one opening for the intents and the team's spend
         try:
+            self._collect_intents(store)
             spent = sum((e.cost for e in store.ledger_entries() if e.team == TEAM), Decimal(0))
         finally:
             store.close()
@@ -674,7 +657,7 @@ class LiveSoak:
                     self._violation(f"{iid} still running at the end")
                     continue
                 ran = ended - i["LaunchTime"].timestamp()
-                expected = self.prices[_capacity(i)] * Decimal(repr(max(60.0, ran))) / 3600
+                expected = self.prices[capacity_of(i)] * Decimal(repr(max(60.0, ran))) / 3600
                 billed = sum((e.cost for e in store.ledger_entries(instance_id=iid)), Decimal(0))
                 if abs(billed - expected) > Decimal("0.01"):
                     self._violation(
@@ -739,7 +722,7 @@ class LiveSoak:
             if now >= next_copy:
                 dst = self.dir / f"copy-{len(self.copies)}.sqlite"
                 with contextlib.suppress(sqlite3.Error):
-                    _backup_sqlite(self.store_path, dst)
+                    backup_sqlite(self.store_path, dst)
                     self.copies = [*self.copies, dst][-3:]
                 next_copy = now + 8.0
             if now >= next_fault and faulty(now):
@@ -807,11 +790,6 @@ def _kill_vm(node: str, job_ids: list[str], launcher: Any) -> None:
     for pid in [*steps, *procs, *([slurmd] if slurmd else [])]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-def _capacity(inst: dict[str, Any]) -> str:
-    tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
-    return "spot" if tags.get("capacity") == "spot" else "on-demand"
 
 
 def _slurm_ts(text: str | None) -> float:
