@@ -250,7 +250,17 @@ class World:
 
     def leader_and_standby(self, leader: Child, standby: Child, leads: Callable[[], Any]) -> None:
         """Both built; the leader ticks first and takes the lease, then the standby ticks."""
-        wait_for("both controllers to be built", lambda: leader.ready() and standby.ready())
+
+        def built() -> bool:
+            for c in (leader, standby):
+                if not c.alive():
+                    raise AssertionError(
+                        f"{c.holder} exited ({c.proc.returncode}) before it was built:\n"
+                        + c.log()[-3000:]
+                    )
+            return leader.ready() and standby.ready()
+
+        wait_for("both controllers to be built", built)
         leader.go()
         wait_for(f"{leader.holder} to lead", leads)
         standby.go()
@@ -259,6 +269,10 @@ class World:
     def stop_all(self) -> None:
         for c in self.children:
             c.stop()
+        # Captured output, which pytest shows only when the test failed: what each child did.
+        for c in self.children:
+            print(f"--- {c.holder}: exit {c.proc.returncode}, status {c.status()}")
+            print(c.log()[-4000:])
 
 
 if __name__ == "__main__":
