@@ -3,17 +3,18 @@ and the write-transaction / read-session pair every store concern builds on."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from provisioner.store import migrations
-from provisioner.store.records import Fence, FencedOut, StoreError
+from provisioner.store.records import Fence, FencedOut, StoreError, _table
 
 DEFAULT_URL = "sqlite:///provisioner.sqlite"
 
@@ -78,6 +79,40 @@ class StoreBase:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def _upsert(
+        self,
+        s: Session,
+        model: type[Any],
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        update: Sequence[str] = (),
+    ) -> None:
+        """Insert `rows`; where the primary key is already there, set only the `update`
+        columns (none: leave the row alone). One statement, so two writers at once (two
+        controllers starting on one database) cannot both miss the row and both insert it:
+        the second waits for the first, then updates. A get-then-add does not hold up."""
+        if not rows:
+            return
+        table = _table(model)
+        keys = [c.name for c in table.primary_key.columns]
+        if self.dialect in ("sqlite", "postgresql"):
+            ins = (sqlite.insert if self.dialect == "sqlite" else postgresql.insert)(table)
+            stmt = (
+                ins.on_conflict_do_update(
+                    index_elements=keys, set_={c: ins.excluded[c] for c in update}
+                )
+                if update
+                else ins.on_conflict_do_nothing(index_elements=keys)
+            )
+            s.execute(stmt, list(rows))
+            return
+        for row in rows:  # pragma: no cover - other dialects: read, then write
+            where = [table.c[k] == row[k] for k in keys]
+            if s.execute(select(*table.primary_key.columns).where(*where)).first() is None:
+                s.execute(table.insert(), [dict(row)])
+            elif update:
+                s.execute(table.update().where(*where).values({c: row[c] for c in update}))
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from provisioner.config.models import Budgets, PoolPolicy
@@ -19,20 +19,24 @@ class PolicyStore(StoreBase):
 
     def sync_pools(self, pools: Iterable[PoolPolicy], now_ts: float) -> None:
         """Upsert the pools declared in policy; the operator's drain flag is kept."""
+        rows = [
+            {
+                "name": p.name,
+                "cloud": p.cloud,
+                "regions": list(p.regions),
+                "partition": p.partition,
+                "team": p.team,
+                "gpu_model": p.gpu_model or "",
+                "capacity": p.capacity,
+                "max_nodes": p.max_nodes,
+                "updated_ts": now_ts,
+                "drained": False,
+                "drained_by": "",
+            }
+            for p in pools
+        ]
         with self.transaction() as s:
-            for p in pools:
-                row = s.get(PoolRow, p.name)
-                if row is None:
-                    row = PoolRow(name=p.name, drained=False, drained_by="")
-                    s.add(row)
-                row.cloud = p.cloud
-                row.regions = list(p.regions)
-                row.partition = p.partition
-                row.team = p.team
-                row.gpu_model = p.gpu_model or ""
-                row.capacity = p.capacity
-                row.max_nodes = p.max_nodes
-                row.updated_ts = now_ts
+            self._upsert(s, PoolRow, rows, update=_POOL_POLICY_COLUMNS)
 
     def pools(self) -> list[PoolInfo]:
         with self.reading() as s:
@@ -77,7 +81,7 @@ class PolicyStore(StoreBase):
 
     def set_paused(self, paused: bool, now_ts: float, by: str = "", reason: str = "") -> None:
         with self.transaction() as s:
-            row = _operator_row(s)
+            row = _operator_row(s, self)
             row.paused = paused
             row.reason = reason[:500]
             row.updated_ts = now_ts
@@ -87,7 +91,7 @@ class PolicyStore(StoreBase):
         """The sweep's safety valve: hold (reason) or release (""). A hold keeps its start
         time while it lasts, so an operator's go-ahead given during it stays valid."""
         with self.fenced_transaction() as s:
-            row = _operator_row(s)
+            row = _operator_row(s, self)
             if reason and not row.sweep_hold_reason:
                 row.sweep_hold_ts = now_ts
             if not reason:
@@ -97,31 +101,45 @@ class PolicyStore(StoreBase):
     def approve_sweep(self, now_ts: float, by: str) -> None:
         """An operator checked the disagreement and lets the held sweep go ahead."""
         with self.transaction() as s:
-            row = _operator_row(s)
+            row = _operator_row(s, self)
             row.sweep_approved_ts = now_ts
             row.sweep_approved_by = by
 
     # ------------------------------------------------------------------ budgets
 
     def sync_budgets(self, budgets: Budgets, now_ts: float) -> None:
-        """Replace the stored budgets by those in policy."""
+        """Replace the stored budgets by those in policy: upsert the declared ones, then
+        delete the rest (a delete-all-then-insert collides with a second controller doing
+        the same at startup)."""
+        rows: list[dict[str, object]] = []
+        if budgets.global_usd_per_hour is not None:
+            rows.append(
+                {
+                    "scope": "global",
+                    "name": "*",
+                    "monthly_usd": None,
+                    "usd_per_hour": budgets.global_usd_per_hour,
+                    "updated_ts": now_ts,
+                }
+            )
+        for team, tb in budgets.teams.items():
+            rows.append(
+                {
+                    "scope": "team",
+                    "name": team,
+                    "monthly_usd": tb.monthly_usd,
+                    "usd_per_hour": None,
+                    "updated_ts": now_ts,
+                }
+            )
+        table = _table(BudgetRow)
+        keys = [(str(r["scope"]), str(r["name"])) for r in rows]
         with self.transaction() as s:
-            s.execute(_table(BudgetRow).delete())
-            if budgets.global_usd_per_hour is not None:
-                s.add(
-                    BudgetRow(
-                        scope="global",
-                        name="*",
-                        usd_per_hour=budgets.global_usd_per_hour,
-                        updated_ts=now_ts,
-                    )
-                )
-            for team, tb in budgets.teams.items():
-                s.add(
-                    BudgetRow(
-                        scope="team", name=team, monthly_usd=tb.monthly_usd, updated_ts=now_ts
-                    )
-                )
+            self._upsert(s, BudgetRow, rows, update=("monthly_usd", "usd_per_hour", "updated_ts"))
+            stale = table.delete()
+            if keys:
+                stale = stale.where(tuple_(table.c.scope, table.c.name).not_in(keys))
+            s.execute(stale)
 
     def budgets(self) -> list[BudgetRecord]:
         with self.reading() as s:
@@ -150,10 +168,32 @@ def _pool(r: PoolRow) -> PoolInfo:
     )
 
 
-def _operator_row(s: Session) -> OperatorStateRow:
-    """The one operator-state row (id=1), created on first write."""
-    row = s.get(OperatorStateRow, 1)
-    if row is None:
-        row = OperatorStateRow(id=1)
-        s.add(row)
+def _operator_row(s: Session, store: StoreBase) -> OperatorStateRow:
+    """The one operator-state row (id=1), created on first write (an insert that two
+    writers at once cannot both make), then read locked for this transaction."""
+    store._upsert(s, OperatorStateRow, [_OPERATOR_DEFAULTS])
+    row = s.get(OperatorStateRow, 1, with_for_update=True)
+    assert row is not None  # just inserted, or already there
     return row
+
+
+# The policy's columns of a pool row; the drain flag and its fields are the operator's.
+_POOL_POLICY_COLUMNS = (
+    "cloud",
+    "regions",
+    "partition",
+    "team",
+    "gpu_model",
+    "capacity",
+    "max_nodes",
+    "updated_ts",
+)
+_OPERATOR_DEFAULTS = {
+    "id": 1,
+    "paused": False,
+    "reason": "",
+    "updated_ts": 0.0,
+    "updated_by": "",
+    "sweep_hold_reason": "",
+    "sweep_approved_by": "",
+}

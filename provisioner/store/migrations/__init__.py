@@ -15,7 +15,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 
 from provisioner.domain.errors import InvalidState
 
@@ -43,9 +43,18 @@ def current_revision(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
+# Any fixed key: the advisory lock that lets one process at a time migrate a database.
+_MIGRATION_LOCK = 0x70726F76  # "prov"
+
+
 def upgrade(engine: Engine, target: str = "head") -> None:
-    """Apply every migration up to `target`, in one transaction where the database allows."""
+    """Apply every migration up to `target`, in one transaction where the database allows.
+    On PostgreSQL, controllers that open a fresh database at once take turns (a
+    transaction-scoped advisory lock); the later ones then find it at head. Two CREATE TABLEs
+    racing would fail the second. SQLite's migrations already run one writer at a time."""
     with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
         command.upgrade(alembic_config(conn), target)
 
 
