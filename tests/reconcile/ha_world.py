@@ -128,13 +128,16 @@ def leads(store: Any, holder: str) -> Any:
 
 
 def cycle_done(store: Any) -> bool:
-    """The burst ran to its end: every instance terminated, no intent left pending."""
+    """The burst ran to its end: every instance terminated and its books closed (the
+    accountant bills the last stretch in a pass after the one that saw the termination), no
+    intent left pending."""
     from provisioner.domain.instances import InstanceState
 
     records = store.instances()
     return (
         bool(records)
         and all(si.instance.state is InstanceState.TERMINATED for si in records)
+        and not store.instances(needs_billing=True)
         and not store.pending_intents()
     )
 
