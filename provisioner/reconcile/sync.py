@@ -227,11 +227,13 @@ def plan_adoptions(
 def _adopted(o: OwnedInstance, it: Intent, now_ts: float) -> CloudInstance:
     running = o.state is CloudState.RUNNING
     # Billing starts at the cloud's own launch time: a crash between the launch and this
-    # adoption must not lose the time in between (the soak found a tick missing). Without one,
-    # a pending intent (left by a crashed pass) starts at the intent, over-counting the gap
-    # rather than missing it.
+    # adoption must not lose the time in between (the soak found a tick missing). That holds
+    # for a machine launched before the intent too: a group's replacement of an interrupted
+    # one, adopted by a later intent, has run (and been billed) since its launch. Without a
+    # launch time, a pending intent (left by a crashed pass) starts at the intent,
+    # over-counting the gap rather than missing it.
     if o.launched_ts > 0:
-        alloc_ts = max(o.launched_ts, it.created_ts)
+        alloc_ts = o.launched_ts
     else:
         alloc_ts = it.created_ts if it.status == "pending" else max(now_ts, it.created_ts)
     history = [Transition(None, S.REQUESTED, it.created_ts, f"scale-up intent {it.token[:8]}")]

@@ -124,6 +124,16 @@ def test_adopts_an_unknown_tagged_instance_into_the_intent_that_launched_it():
     assert (rec.instance_id, rec.origin, rec.launched_ts) == ("i-2", "orphan", NOW - 500)
 
 
+def test_a_group_replacement_adopted_by_a_later_intent_is_billed_from_its_launch():
+    # The group replaced an interrupted instance at NOW - 180 on its own; the controller's
+    # next scale-up intent (NOW - 40) adopts it. The cloud has billed since the launch, so the
+    # ledger must too (the chaos soak found 120 s of such a machine outside the books).
+    p = sync(own=[owned("i-r", launched=NOW - 180)], intents=[intent(nodes=1)])
+    (a,) = p.adopt
+    assert a.instance.history[-1].to_state is S.ALLOCATED
+    assert a.instance.history[-1].at_ts == NOW - 180
+
+
 def test_binds_to_the_node_slurm_powers_up_then_joins_and_readies():
     p = sync(
         [record("i-1", S.ALLOCATED)],
