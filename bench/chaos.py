@@ -5,10 +5,10 @@ to recover after each kill.
     python bench/chaos.py --live [--seeds N] [--series 22.05,24.11]
 
 The default soak (provisioner/demo/chaos.py) runs the controller in this process against
-moto's server and the in-memory fake Slurm, hours of trace at accelerated time. `--live` runs
-the soak on real parts (tests/chaos/live_soak.py): the `provisioner run` process killed with
-SIGKILL, the local slurmctld (each release given) and moto's server, in wall time (a seed
-takes one to eight minutes).
+moto's server (AWS), the Compute Engine fake (GCP) and the in-memory fake Slurm, hours of
+trace at accelerated time. `--live` runs the soak on real parts (tests/chaos/live_soak.py):
+the `provisioner run` process killed with SIGKILL, the local slurmctld (each release given)
+and moto's server, in wall time (a seed takes one to eight minutes).
 
 Prints one line per seed, then one JSON object of the figures (the last line).
 """
@@ -21,6 +21,7 @@ import os
 import sys
 import tempfile
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +101,13 @@ def _merge(acc: dict[str, object], one: dict[str, object]) -> dict[str, object]:
     if not acc:
         return dict(one)
     merged = dict(acc)
-    for key in ("seeds", "faults", "checks", "violations", "jobs", "instances", "kills"):
+    keys = ("seeds", "faults", "checks", "violations", "jobs", "instances", "gcp_instances",
+            "kills", "lost_to_rollback")  # fmt: skip
+    for key in keys:
         merged[key] = int(acc[key]) + int(one[key])  # type: ignore[call-overload]
+    merged["lost_to_rollback_usd"] = str(
+        Decimal(str(acc["lost_to_rollback_usd"])) + Decimal(str(one["lost_to_rollback_usd"]))
+    )
     kinds = dict(acc["faults_by_kind"])  # type: ignore[call-overload]
     for k, v in dict(one["faults_by_kind"]).items():  # type: ignore[call-overload]
         kinds[k] = kinds.get(k, 0) + v

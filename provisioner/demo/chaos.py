@@ -2,10 +2,13 @@
 
 The world: the real controller (reconcile loop, planner, store on a SQLite file, accountant and
 HTTP API, built by `bootstrap.build_controller`), moto's server over HTTP as AWS behind the fault
-layer (`moto_faults`), and the demo's FAKE in-memory Slurm cluster (`demo.fake_slurm`) running
-jobs taken from the bundled Philly trace at accelerated time. Time is one injected clock for the
-whole world: the controller's passes, the fake cluster, and moto's instance launch and
-termination times (moto's `utcnow` is pointed at it, so the cloud's own records are in world time).
+layer (`moto_faults`), the Compute Engine fake (`testing.fake_gce`, driven by the real
+google-cloud-compute clients) as GCP, and the demo's FAKE in-memory Slurm cluster
+(`demo.fake_slurm`) running jobs taken from the bundled Philly trace at accelerated time. One pool
+per cloud; the planner takes whichever offer is cheaper and allowed (AWS, until a fault or the cap
+makes it GCP). Time is one injected clock for the whole world: the controller's passes, the fake
+cluster, and both clouds' instance launch and termination times (moto's `utcnow` and the fake's
+clock are pointed at it, so the clouds' own records are in world time).
 
 A seeded schedule injects, between passes and inside them:
 
@@ -13,21 +16,26 @@ A seeded schedule injects, between passes and inside them:
   request about to be sent), in the middle of a store transaction (before its commit), or at a
   crash step of the loop; a new controller starts on the same store file;
 * `capacity` (no capacity left), `partial_fill` (room for one instance), `throttle` and
-  `lost_response` (apply-then-drop: moto carries out a resize or terminate, the answer is lost);
+  `lost_response` (apply-then-drop: the cloud carries out a resize or terminate, the answer is
+  lost), each on one cloud picked at random;
 * `slurm_down` (slurmctld unreachable for a few passes: stale snapshots) and `stale` (one);
-* `spot_interruption`: the cloud terminates a running instance;
+* `spot_interruption`: the cloud takes a running instance away (either cloud);
 * `old_store`: the controller dies and its store file is replaced by an older copy of itself;
 * `telemetry`: duplicate and clock-skewed NVML pushes to `POST /v1/telemetry`.
 
-After every step, and at the end, the invariants are checked from moto's records, the fake
-cluster's job records and the ledger, never from the product's billing code:
+After every step, and at the end, the invariants are checked from moto's records, the GCE
+fake's record of every VM it created, the fake cluster's job records and the ledger, never from
+the product's billing code:
 
 * every job completes exactly once, and none is requeued because the controller took away the
   node it ran on (requeues after an injected spot interruption are the cloud's doing);
-* every instance-second moto ran is in the ledger, within a cent (price x seconds, 60 s
-  minimum, by hand), once the instance is gone and billed;
-* the $/h of what moto runs never exceeds the global cap, and no team's month spend exceeds its
-  budget;
+* every instance-second either cloud ran is in the ledger, within a cent (price x seconds,
+  60 s minimum, by hand), once the instance is gone and billed. The exception, reported as
+  `lost_to_rollback` rather than as a violation: a GCE VM created and deleted between an older
+  store copy and its swap-in (a deleted VM leaves the Compute API's listing; only the Cloud
+  Billing export would still show it);
+* the $/h of what the clouds run never exceeds the global cap, and no team's month spend exceeds
+  its budget;
 * no node group ever holds more instances than scale-up intents asked for (one intent never
   yields two instances);
 * no instance outlives the end of the work by more than the idle timeout plus one grace period.
@@ -35,7 +43,9 @@ cluster's job records and the ledger, never from the product's billing code:
 Honest limits: the kill is in-process (a `BaseException` raised at the moment: nothing after it
 runs, the open transaction is lost as the kernel would lose it, but the process is not an OS
 process killed by signal 9; the crash tests in tests/reconcile do that at the loop's steps).
-Slurm is the in-memory fake, not slurmctld; GCP is not part of the soak.
+Slurm is the in-memory fake, not slurmctld (tests/chaos/live_soak.py runs the real one, AWS
+only). A kill in the middle of a cloud call hits AWS calls only: the GCP clients' HTTP session is
+not hooked.
 """
 
 from __future__ import annotations
@@ -75,9 +85,15 @@ IDLE_TIMEOUT_S = 300.0
 REGION = "us-east-1"
 POOL = "burst"
 ITYPE = "p4d.24xlarge"
-# us-east-1 p4d.24xlarge in the shipped catalog (policies/catalog/gpu_offers.csv): read there by
-# `_prices`, so the soak's expected dollars come from the price list, not the ledger
-GLOBAL_CAP = Decimal("30")
+GCP_REGION = "us-central1"
+GCP_POOL = "burst-gcp"
+GCP_TYPE = "a2-highgpu-8g"
+GCP_PROJECT = "chaos-proj"
+# us-east-1 p4d.24xlarge ($21.96/h) and us-central1 a2-highgpu-8g ($29.39/h, spot $15.42) in
+# the shipped catalog (policies/catalog/gpu_offers.csv): read there by `catalog_prices` and
+# `gcp_price`, so the soak's expected dollars come from the price list, not the ledger. The
+# cap lets two or three machines run at once, never the whole fleet (3 AWS + 2 GCP).
+GLOBAL_CAP = Decimal("55")
 TEAM_BUDGET = Decimal("5000")
 EPOCH = datetime(2026, 3, 2, tzinfo=UTC)
 
@@ -94,8 +110,14 @@ class SoakResult:
     violations: list[str] = field(default_factory=list)
     jobs: int = 0
     instances: int = 0
+    gcp_instances: int = 0  # of `instances`, the ones on GCP
     kills: int = 0
     recover_s: list[float] = field(default_factory=list)
+    # VMs that lived and were deleted between an older store copy and its swap-in: deleted
+    # GCE VMs leave the Compute API's listing, so nothing the controller can read finds them
+    # again (only Cloud Billing's export would). Reported with their dollars, not as violations.
+    lost_to_rollback: list[str] = field(default_factory=list)
+    lost_to_rollback_usd: Decimal = Decimal(0)
     steps: int = 0
 
 
@@ -144,6 +166,7 @@ class _CloudClock:
 class Soak:
     def __init__(self, seed: int, workdir: Path, server: Any, *, steps: int, jobs: int) -> None:
         from provisioner.demo.fake_slurm import BurstPartition, FakeSlurm
+        from provisioner.testing.fake_gce import FakeGCE
 
         self.seed = seed
         self.rng = random.Random(seed)
@@ -156,11 +179,16 @@ class Soak:
         self.url = f"sqlite:///{self.dir / 'store.sqlite'}"
         self.clock = ManualClock(EPOCH)
         self.t0 = self.clock.now().timestamp()
+        # GCP for this seed: a fresh Compute Engine fake whose VM times are the world's
+        self.gce = FakeGCE(op_polls_until_done=0, clock=self.clock.now).start()
         self.fake = FakeSlurm(
             self.clock,
             onprem_nodes=1,
             gpus_per_node=8,
-            burst=[BurstPartition(POOL, "cloud", 3, gpus=8, features=("cloud", "aws"))],
+            burst=[
+                BurstPartition(POOL, "cloud", 3, gpus=8, features=("cloud", "aws")),
+                BurstPartition(GCP_POOL, "cloud", 2, gpus=8, features=("cloud", "gcp")),
+            ],
             boot_s=120.0,
             resume_timeout_s=600.0,
             suspend_timeout_s=30.0,
@@ -170,8 +198,13 @@ class Soak:
         self.stale_once = False
         self.interrupted: dict[str, float] = {}  # instance id -> when the cloud took it
         self.intent_nodes: dict[str, int] = {}  # intent token -> nodes, across store copies
-        self.copies: list[Path] = []
+        self.copies: list[tuple[Path, float]] = []  # an older store copy, and when it was taken
+        self.swaps: list[tuple[float, float]] = []  # (when a copy was swapped in, its age)
         self.prices = catalog_prices()
+        # Odd seeds buy GCP spot ($15.42/h, cheaper than AWS: GCP first, AWS the fallback);
+        # even seeds GCP on-demand ($29.39/h: AWS first, GCP when AWS fails or is capped).
+        self.gcp_capacity = "spot" if seed % 2 else "on-demand"
+        self.gcp_price = gcp_price(self.gcp_capacity)
         self.kill_at: tuple[str, int] | None = None
         self.kill_count = 0
         self.events: list[str] = []  # what happened, for a violation's context
@@ -220,7 +253,11 @@ class Soak:
                     "backoff_max_s": 600,
                     "join_timeout_s": 900,
                 },
-                "node": {"controller_host": "127.0.0.1", "images": {"aws": "ami-12c6146b"}},
+                "node": {
+                    "controller_host": "127.0.0.1",
+                    "images": {"aws": "ami-12c6146b", "gcp": "projects/debian-cloud/x"},
+                    "gcp_project": GCP_PROJECT,
+                },
                 "pools": [
                     {
                         "name": POOL,
@@ -233,7 +270,19 @@ class Soak:
                         "boot_seconds": 120,
                         "partition": "cloud",
                         "team": "vision",
-                    }
+                    },
+                    {
+                        "name": GCP_POOL,
+                        "cloud": "gcp",
+                        "regions": [GCP_REGION],
+                        "gpu_model": "A100",
+                        "instance_types": [GCP_TYPE],
+                        "capacity": self.gcp_capacity,
+                        "max_nodes": 2,
+                        "boot_seconds": 120,
+                        "partition": "cloud",
+                        "team": "vision",
+                    },
                 ],
                 "budgets": {
                     "global_usd_per_hour": str(GLOBAL_CAP),
@@ -246,6 +295,7 @@ class Soak:
 
     def _start(self) -> Any:
         import boto3
+        from google.auth.credentials import AnonymousCredentials
 
         from provisioner.bootstrap import (
             SlurmParts,
@@ -261,6 +311,8 @@ class Soak:
             store_url=self.url,
             slurm_mode="none",
             aws_endpoint_url=self.server.endpoint,
+            gce_endpoint=self.gce.endpoint,
+            gcp_project=GCP_PROJECT,
             pool_driver="sdk",
             tick_s=TICK_S,
         )
@@ -281,7 +333,12 @@ class Soak:
                 job_control=self.fake,
                 launcher=self.fake,
             ),
-            clouds=build_clouds(settings, pol, aws_session=session),
+            clouds=build_clouds(
+                settings,
+                pol,
+                aws_session=session,
+                gcp_credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+            ),
             hook=lambda _step: self._maybe_die("step"),
             config=LoopConfig(
                 orphan_grace_s=GRACE_S,
@@ -304,7 +361,11 @@ class Soak:
         self.events.append(kind)
         srv = self.server
         if kind in CLOUD_FAULTS:
-            inject_cloud_fault(srv, kind, self.rng)
+            if self.rng.random() < 0.5:
+                inject_cloud_fault(srv, kind, self.rng)
+            else:
+                inject_gce_fault(self.gce, kind, self.rng)
+                self.events.append(f"{kind} on gcp")
         elif kind == "slurm_down":
             self.slurm_down_until = (
                 self.clock.now().timestamp() + self.rng.choice([1, 2, 3]) * TICK_S
@@ -312,17 +373,24 @@ class Soak:
         elif kind == "stale":
             self.stale_once = True
         elif kind == "spot_interruption":
-            running = [i for i in self._moto_instances() if i["State"]["Name"] == "running"]
+            running = [i["InstanceId"] for i in self._moto_instances()
+                       if i["State"]["Name"] == "running"]  # fmt: skip
+            running += [v.name for v in self._gce_vms() if v.deleted_ts is None]
             if running:
-                victim = self.rng.choice(running)["InstanceId"]
+                victim = self.rng.choice(running)
                 self.interrupted[victim] = self.clock.now().timestamp()
-                self._ec2().terminate_instances(InstanceIds=[victim])
+                if victim in self.gce.vms:
+                    self.gce.delete_vm(self.gce.vms[victim].zone, victim)
+                else:
+                    self._ec2().terminate_instances(InstanceIds=[victim])
         elif kind == "old_store":
             if self.copies:
                 self.result.kills += 1
                 with contextlib.suppress(Exception):
                     self.c.store.close()
-                shutil.copy(self.rng.choice(self.copies), self.dir / "store.sqlite")
+                copy, taken = self.rng.choice(self.copies)
+                shutil.copy(copy, self.dir / "store.sqlite")
+                self.swaps.append((self.clock.now().timestamp(), taken))
                 self._restart()
         elif kind == "telemetry":
             self._telemetry()
@@ -388,11 +456,12 @@ class Soak:
             dst = self.dir / f"store-{i}.sqlite"
             with contextlib.suppress(Exception):
                 backup_sqlite(self.dir / "store.sqlite", dst)
-                self.copies.append(dst)
+                self.copies.append((dst, self.clock.now().timestamp()))
                 self.copies = self.copies[-3:]
         # faults of the cloud last a pass or two, as a capacity shortage does
         if self.rng.random() < 0.5:
             self.server.clear_faults()
+            clear_gce_faults(self.gce)
         if self.debug:
             states = sorted(
                 (i["InstanceId"][-4:], i["State"]["Name"]) for i in self._moto_instances()
@@ -425,6 +494,14 @@ class Soak:
         )
         return [i for r in res["Reservations"] for i in r["Instances"]]
 
+    def _gce_vms(self) -> list[Any]:
+        """Every VM the GCE fake created for this controller, deleted ones included."""
+        with self.gce.lock:
+            return [
+                v for v in self.gce.vms.values()
+                if v.labels.get("controller") == self.controller_name
+            ]  # fmt: skip
+
     def _violation(self, text: str) -> None:
         if text not in self.result.violations:
             self.result.violations.append(text)
@@ -436,8 +513,12 @@ class Soak:
         insts = self._moto_instances()
         self.result.instances = len(insts)
         running = [i for i in insts if i["State"]["Name"] in ("pending", "running")]
-        # budgets: what the cloud runs now, and each team's month spend
+        vms = self._gce_vms()
+        self.result.instances += len(vms)
+        self.result.gcp_instances = len(vms)
+        # budgets: what the clouds run now, and each team's month spend
         burn = sum((self.prices[capacity_of(i)] for i in running), Decimal(0))
+        burn += self.gcp_price * sum(1 for v in vms if v.deleted_ts is None)
         self.result.checks += 1
         if burn > GLOBAL_CAP:
             self._violation(f"t+{now - self.t0:.0f}s: cloud runs ${burn}/h > cap ${GLOBAL_CAP}/h")
@@ -454,8 +535,9 @@ class Soak:
             self.intent_nodes[it.token] = max(self.intent_nodes.get(it.token, 0), it.nodes)
         self.result.checks += 1
         asked = sum(self.intent_nodes.values()) + len(self.interrupted)
-        if len(insts) > asked:
-            self._violation(f"{len(insts)} instances launched for intents asking {asked}")
+        if len(insts) + len(vms) > asked:
+            launched = len(insts) + len(vms)
+            self._violation(f"{launched} instances launched for intents asking {asked}")
             if self.debug:
                 print("  intents", self.intent_nodes, "interrupted", self.interrupted)
                 for it in self.c.store.intents(kind="scale_up"):
@@ -481,15 +563,24 @@ class Soak:
             if j.state is not JobState.COMPLETED or j.completions != 1:
                 self._violation(f"job {j.job_id} ended {j.state} after {j.completions} runs")
         # dollars: every instance-second moto ran is in the ledger, within a cent
-        log = self.server_clock.terminated_at
-        for i in insts:
-            iid = i["InstanceId"]
+        log = dict(self.server_clock.terminated_at)
+        ran_by_cloud = [  # (instance, launched, terminated or None, $/h)
+            (i["InstanceId"], i["LaunchTime"].timestamp(), log.get(i["InstanceId"]),
+             self.prices[capacity_of(i)])
+            for i in insts
+        ] + [(v.name, v.created_ts, v.deleted_ts, self.gcp_price) for v in vms]  # fmt: skip
+        recorded = {si.instance.instance_id for si in self.c.store.instances()}
+        for iid, launched, ended, price in ran_by_cloud:
             self.result.checks += 1
-            if iid not in log:
+            if ended is None:
                 self._violation(f"{iid} still running at the end")
                 continue
-            ran = log[iid] - i["LaunchTime"].timestamp()
-            expected = self.prices[capacity_of(i)] * Decimal(repr(max(60.0, ran))) / 3600
+            log[iid] = ended
+            expected = price * Decimal(repr(max(60.0, ended - launched))) / 3600
+            if iid not in recorded and iid in self.gce.vms and self._rolled_back_over(ended):
+                self.result.lost_to_rollback.append(iid)
+                self.result.lost_to_rollback_usd += expected
+                continue
             billed = sum((e.cost for e in self.c.store.ledger_entries(instance_id=iid)), Decimal(0))
             if billed < expected - Decimal("0.01"):
                 self._violation(f"{iid}: the cloud ran ${expected:.4f}, the ledger has ${billed}")
@@ -502,6 +593,11 @@ class Soak:
                 self._violation(
                     f"{iid} lived until t+{at - self.t0:.0f}s, past t+{limit - self.t0:.0f}s"
                 )
+
+    def _rolled_back_over(self, ended: float) -> bool:
+        """An older store copy, taken before `ended`, was swapped in after it: the record and
+        the books of a machine gone by then went back in time with the store."""
+        return any(taken < ended <= swapped for swapped, taken in self.swaps)
 
     def _nodes_taken_by_cloud(self) -> Callable[[str, float], bool]:
         """Whether an injected interruption took the VM under `node` by `ts`: one bound to the
@@ -538,6 +634,7 @@ class Soak:
                 self.step(i)
             # quiet: no more faults; let the work finish and the fleet drain
             self.server.clear_faults()
+            clear_gce_faults(self.gce)
             self.slurm_down_until = -1.0
             for _ in range(200):
                 done = all(j.state is JobState.COMPLETED for j in self.fake.jobs.values())
@@ -545,7 +642,7 @@ class Soak:
                     i
                     for i in self._moto_instances()
                     if i["State"]["Name"] in ("pending", "running")
-                ]
+                ] + [v for v in self._gce_vms() if v.deleted_ts is None]
                 if done and not live and not self.c.store.pending_intents():
                     break
                 self.c.reconciler.run_pass()
@@ -558,6 +655,7 @@ class Soak:
         finally:
             event.remove(Session, "before_commit", before_commit)
             self.server_clock.uninstall()
+            self.gce.stop()
             with contextlib.suppress(Exception):
                 self.c.store.close()
         return self.result
@@ -614,6 +712,31 @@ def inject_cloud_fault(server: Any, kind: str, rng: random.Random) -> None:
         raise InvalidArgument(f"not a cloud fault: {kind!r}")
 
 
+def inject_gce_fault(gce: Any, kind: str, rng: random.Random) -> None:
+    """One of CLOUD_FAULTS at the Compute Engine fake: no capacity left in the region, room
+    for one VM, rate limiting of the group calls, or a resize/deleteInstances carried out whose
+    answer is lost."""
+    groups = "/instanceGroupManagers/"
+    if kind == "capacity":
+        gce.set_capacity(GCP_REGION, GCP_TYPE, 0)
+    elif kind == "partial_fill":
+        gce.set_capacity(GCP_REGION, GCP_TYPE, 1)
+    elif kind == "throttle":
+        gce.add_fault(path_contains=groups, http_status=429, reason="rateLimitExceeded", times=2)
+    elif kind == "lost_response":
+        verb = rng.choice(["/resize", "/deleteInstances"])
+        gce.add_fault(method="POST", path_contains=verb, http_status=503, reason="backendError",
+                      apply=True, times=1)  # fmt: skip
+    else:
+        raise InvalidArgument(f"not a cloud fault: {kind!r}")
+
+
+def clear_gce_faults(gce: Any) -> None:
+    with gce.lock:
+        gce.faults.clear()
+        gce.capacity.clear()
+
+
 def capacity_of(inst: dict[str, Any]) -> str:
     tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
     return "spot" if tags.get("capacity") == "spot" else "on-demand"
@@ -629,6 +752,18 @@ def catalog_prices() -> dict[str, Decimal]:
             if row[:3] == ["aws", REGION, ITYPE]:
                 return {"on-demand": Decimal(row[8]), "spot": Decimal(row[9])}
     raise NotKnown(f"{path}: no {ITYPE} in {REGION}")
+
+
+def gcp_price(capacity: str) -> Decimal:
+    """The a2-highgpu-8g price in us-central1 (on-demand or spot) from the shipped price list."""
+    import csv
+
+    path = Path(__file__).resolve().parents[2] / "policies" / "catalog" / "gpu_offers.csv"
+    with path.open(newline="") as fh:
+        for row in csv.reader(fh):
+            if row[:3] == ["gcp", GCP_REGION, GCP_TYPE]:
+                return Decimal(row[9] if capacity == "spot" else row[8])
+    raise NotKnown(f"{path}: no {GCP_TYPE} in {GCP_REGION}")
 
 
 def _boto_clients(capacity: Any) -> Iterator[Any]:
@@ -673,7 +808,10 @@ def run_seeds(
         "violation_texts": [f"seed {r.seed}: {v}" for r in results for v in r.violations][:20],
         "jobs": sum(r.jobs for r in results),
         "instances": sum(r.instances for r in results),
+        "gcp_instances": sum(r.gcp_instances for r in results),
         "kills": sum(r.kills for r in results),
+        "lost_to_rollback": sum(len(r.lost_to_rollback) for r in results),
+        "lost_to_rollback_usd": str(sum((r.lost_to_rollback_usd for r in results), Decimal(0))),
         "recover_s_p50": round(recover[len(recover) // 2], 3) if recover else None,
         "recover_s_max": round(recover[-1], 3) if recover else None,
     }

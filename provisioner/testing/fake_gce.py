@@ -28,6 +28,7 @@ import itertools
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,6 +51,9 @@ class GceFault:
     op_http_status: int = 503
     message: str = ""
     times: int = 1
+    # with `http_status`: carry the request out first, then answer the error (the change is
+    # made, the answer is lost on the way back)
+    apply: bool = False
 
 
 @dataclass
@@ -66,8 +70,20 @@ class _Result:
     body: Json = field(default_factory=dict)
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+def _wall() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class VmRecord:
+    """One VM the fake ever created, in the clock's time: what a bill is computed from."""
+
+    name: str
+    zone: str
+    machine_type: str
+    labels: dict[str, str]
+    created_ts: float
+    deleted_ts: float | None = None
 
 
 def _last(url: str) -> str:
@@ -75,7 +91,15 @@ def _last(url: str) -> str:
 
 
 class FakeGCE:
-    def __init__(self, op_polls_until_done: int = 1, zones_per_region: int = 3) -> None:
+    def __init__(
+        self,
+        op_polls_until_done: int = 1,
+        zones_per_region: int = 3,
+        *,
+        clock: Callable[[], datetime] = _wall,
+    ) -> None:
+        self.clock = clock  # creation and deletion times (a soak points it at its world)
+        self.vms: dict[str, VmRecord] = {}  # every VM ever created, deleted ones included
         self.requests: list[Json] = []
         self.instances: dict[tuple[str, str], Json] = {}  # (zone, name)
         self.templates: dict[str, Json] = {}  # name
@@ -159,7 +183,7 @@ class FakeGCE:
             "targetLink": target,
             "status": "RUNNING",
             "progress": 0,
-            "insertTime": _now(),
+            "insertTime": self._now(),
             "selfLink": f"{base}/{scope}/operations/{name}",
             "_polls": 0,
             "_error": error,
@@ -173,9 +197,11 @@ class FakeGCE:
             self._finish(op)
         return self._public(op)
 
-    @staticmethod
-    def _finish(op: Json) -> None:
-        op["status"], op["progress"], op["endTime"] = "DONE", 100, _now()
+    def _now(self) -> str:
+        return self.clock().isoformat(timespec="milliseconds")
+
+    def _finish(self, op: Json) -> None:
+        op["status"], op["progress"], op["endTime"] = "DONE", 100, self._now()
         fault: GceFault | None = op["_error"]
         if fault is not None:
             msg = fault.message or f"Injected {fault.op_error}"
@@ -233,6 +259,8 @@ class FakeGCE:
                 f.times -= 1
                 if f.http_status:
                     msg = f.message or f"Injected {f.reason or f.http_status}"
+                    if f.apply:
+                        self._route(method, path, q, body, None)
                     return self._err(f.http_status, msg, f.reason or "injected")
                 op_fault = f
                 break
@@ -315,7 +343,7 @@ class FakeGCE:
                 "zone": f"{base}/zones/{zone}",
                 "machineType": f"{base}/zones/{zone}/machineTypes/{_last(mt)}",
                 "selfLink": f"{base}/zones/{zone}/instances/{name}",
-                "creationTimestamp": _now(),
+                "creationTimestamp": self._now(),
             }
         )
         if created_by:
@@ -325,7 +353,26 @@ class FakeGCE:
             items.append({"key": "created-by", "value": created_by})
             inst["metadata"] = {"items": items}
         self.instances[(zone, name)] = inst
+        self.vms[name] = VmRecord(
+            name, zone, _last(mt), dict(inst.get("labels", {})), self.clock().timestamp()
+        )
         return inst
+
+    def _drop(self, zone: str, name: str) -> None:
+        """The VM is gone (deleted, or shrunk out of its group)."""
+        if self.instances.pop((zone, name), None) is not None:
+            self.vms[name].deleted_ts = self.clock().timestamp()
+
+    def delete_vm(self, zone: str, name: str) -> None:
+        """The platform takes a VM away (a host error, a preemption): it is gone, and its
+        group, if any, has one member fewer, as after a repair that found no capacity."""
+        with self.lock:
+            self._drop(zone, name)
+            for key, members in self.members.items():
+                kept = [m for m in members if m.name != name]
+                if len(kept) != len(members):
+                    self.members[key] = kept
+                    self.migs[key]["targetSize"] -= 1
 
     def _instances(
         self,
@@ -363,7 +410,7 @@ class FakeGCE:
             if (zone, name) not in self.instances:
                 return self._not_found(f"zones/{zone}/instances/{name}")
             if fault is None:
-                del self.instances[(zone, name)]
+                self._drop(zone, name)
             return _Result(
                 200, self._op(project, f"zones/{zone}", f"{link}/{name}", "delete", fault)
             )
@@ -384,7 +431,7 @@ class FakeGCE:
                     kind="compute#instanceTemplate",
                     id=str(next(self._ids)),
                     selfLink=f"{link}/{tname}",
-                    creationTimestamp=_now(),
+                    creationTimestamp=self._now(),
                 )
             return _Result(200, self._op(project, "global", f"{link}/{tname}", "insert", fault))
         if method == "GET" and name is None:
@@ -430,7 +477,7 @@ class FakeGCE:
                     id=str(next(self._ids)),
                     selfLink=f"{base}/{gname}",
                     region=f"{self._base(project)}/regions/{region}",
-                    creationTimestamp=_now(),
+                    creationTimestamp=self._now(),
                 )
                 new["targetSize"] = 0
                 self.migs[(region, gname)] = new
@@ -465,7 +512,7 @@ class FakeGCE:
                 keep = []
                 for mem in self.members[(region, name)]:
                     if mem.name in names:
-                        self.instances.pop((mem.zone, mem.name), None)
+                        self._drop(mem.zone, mem.name)
                         mig["targetSize"] -= 1
                     else:
                         keep.append(mem)
@@ -506,7 +553,7 @@ class FakeGCE:
             pending = [m for m in members if not m.created]
             victim = pending[-1] if pending else members[-1]
             members.remove(victim)
-            self.instances.pop((victim.zone, victim.name), None)
+            self._drop(victim.zone, victim.name)
         mig["targetSize"] = size
 
     def _managed(self, project: str, region: str, name: str) -> list[Json]:

@@ -1,7 +1,7 @@
 """The chaos soak with a short, seeded budget (`make chaos` and bench/chaos.py run the long one):
-the controller against moto's server and the fake Slurm cluster under random kills, cloud,
-Slurm, store and telemetry faults; the invariants are checked from moto's records, the fake
-cluster's jobs and the ledger (see provisioner/demo/chaos.py)."""
+the controller against moto's server (AWS), the Compute Engine fake (GCP) and the fake Slurm
+cluster under random kills, cloud, Slurm, store and telemetry faults; the invariants are checked
+from the clouds' records, the fake cluster's jobs and the ledger (see provisioner/demo/chaos.py)."""
 
 from __future__ import annotations
 
@@ -19,3 +19,5 @@ def test_two_seeds_keep_every_promise(tmp_path):
     # every kind of fault was injected (the seeds are fixed, so this is deterministic)
     assert {k for k, n in out["faults_by_kind"].items() if n > 0} == set(FAULT_KINDS)
     assert out["jobs"] == 32  # each job was checked to complete exactly once
+    # both clouds ran machines (seed 101 buys GCP spot first, AWS when GCP fails)
+    assert out["gcp_instances"] >= 1 and out["instances"] > out["gcp_instances"]
