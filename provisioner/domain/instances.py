@@ -109,8 +109,17 @@ IN_FLIGHT = (InstanceState.REQUESTED, InstanceState.ALLOCATED, InstanceState.JOI
 def join_timed_out(inst: CloudInstance, now_ts: float, join_timeout_s: float) -> bool:
     """The one join-timeout rule: an instance still in flight `join_timeout_s` after its launch
     did not join in time. The planner terminates it (JOIN_TIMEOUT) and sync fails a JOINING one;
-    both ask this."""
-    return inst.state in IN_FLIGHT and now_ts - inst.launched_ts > join_timeout_s
+    both ask this.
+
+    An orphan (rebuilt from its tags, typically after a store restored from an older copy) was
+    not launched to join anything now: unbound, sync alone keeps it (its pool has a node
+    running jobs no record holds, which may be this machine) or ends it; bound to a node Slurm
+    powers up, its join timeout counts from that binding, not from a launch long past."""
+    if inst.state not in IN_FLIGHT:
+        return False
+    if inst.origin is InstanceOrigin.ORPHAN:
+        return bool(inst.node_name) and now_ts - inst.entered_state_ts > join_timeout_s
+    return now_ts - inst.launched_ts > join_timeout_s
 
 
 def join_lease_s(join_timeout_s: float) -> float:

@@ -6,7 +6,7 @@ import copy
 from dataclasses import replace
 from decimal import Decimal
 
-from provisioner.domain.instances import InstanceState
+from provisioner.domain.instances import InstanceOrigin, InstanceState, Transition
 from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import GpuSample, Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
@@ -225,6 +225,28 @@ def test_instance_that_never_joins_is_terminated() -> None:
     p = plan(snap(instances=(inst,)), policy(), catalog(), Backoff(), T0)
     (t,) = p.terminations
     assert t.instance_id == "i-9" and t.decision.reason is ReasonCode.JOIN_TIMEOUT
+
+
+def test_an_orphan_is_not_timed_out_from_a_launch_it_was_not_made_for() -> None:
+    # Rebuilt from tags after an older store copy came back, an hour after its launch: unbound,
+    # it may be the machine under a node running jobs (sync keeps or ends it); bound to a node
+    # Slurm powers up 60 s ago, it has its join timeout from then. The chaos soak (seed 4)
+    # found the planner terminating such an unbound orphan under seven running jobs.
+    rebuilt = [
+        replace(p4d_instance("i-u", InstanceState.ALLOCATED, 3600), origin=InstanceOrigin.ORPHAN),
+        replace(
+            p4d_instance("i-b", InstanceState.JOINING, 3600, node_name="b1"),
+            origin=InstanceOrigin.ORPHAN,
+            history=(Transition(InstanceState.ALLOCATED, InstanceState.JOINING, T0 - 60, "bound"),),
+        ),
+    ]
+    assert (
+        plan(snap(instances=tuple(rebuilt)), policy(), catalog(), Backoff(), T0).terminations == ()
+    )
+    # ... and a bound one that still has not joined a join timeout after its binding goes
+    late = replace(rebuilt[1], history=(Transition(None, InstanceState.JOINING, T0 - 3600, "b"),))
+    (t,) = plan(snap(instances=(late,)), policy(), catalog(), Backoff(), T0).terminations
+    assert t.instance_id == "i-b" and t.decision.reason is ReasonCode.JOIN_TIMEOUT
 
 
 def test_plan_is_deterministic_and_does_not_touch_its_input() -> None:
