@@ -9,7 +9,7 @@ from provisioner.config.models import PoolPolicy
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Decision, Rejection
 from provisioner.plan.catalog import Catalog
-from provisioner.plan.matching import offer_fits
+from provisioner.plan.matching import OfferRequest, offer_fits
 from provisioner.plan.ranking import pool_request
 
 
@@ -35,19 +35,22 @@ def fallback_offers(
     node shape, and within the budget headroom left after the chosen one; in the decision's
     (cheapest first) order."""
     picked = next((a for a in d.alternatives if a.chosen), None)
-    allowed_caps = set(pool_capacities(pool))
-    req = pool_request(pool, gpus_per_node, equivalents)
+    allowed_caps = pool_capacities(pool)
+    req: OfferRequest | None = None  # built for the first offer of the right shape only
     out: list[OfferKey] = []
     for a in d.alternatives:
         if a.chosen or a.rejected_because not in (None, Rejection.COSTLIER):
             continue
-        if a.offer == chosen or a.offer in out:
-            continue
+        # Cheapest tests first: comparing keys field by field costs more than these.
         if a.offer.cloud != pool.cloud or a.offer.capacity not in allowed_caps:
             continue
         offer = catalog.get(a.offer)
         if offer is None or offer.whole_gpus != gpus_per_node:
             continue
+        if a.offer == chosen or a.offer in out:
+            continue
+        if req is None:
+            req = pool_request(pool, gpus_per_node, equivalents)
         if not offer_fits(offer, req, a.offer.capacity):
             continue
         if picked is not None:

@@ -311,6 +311,7 @@ class _Planner:
         self._full: dict[int, frozenset[str]] = {}
         self._pools_by_partition: dict[str, tuple[PoolPolicy, ...]] = {}
         self._onprem_partition: dict[str, bool] = {}
+        self._pool_max: dict[str, int] = {}
         self.onprem_model = policy.onprem.gpu_model.lower()
         self.onprem_models = {self.onprem_model} | {
             m.lower() for m in policy.onprem.equivalent_gpu_models
@@ -336,8 +337,10 @@ class _Planner:
         if kw.get("predicted_wait_s") is not None and any(j in self._beyond for j in job_ids):
             detail = kw["detail"] = {**detail, LOWER_BOUND: "true"}
         # Decisions without jobs (drain, terminate, keep) are told apart by what they are about.
-        where = {k: str(kw[k]) for k in ("pool", "node", "instance") if kw.get(k)}
-        about = [f"{k}={v}" for k, v in sorted({**where, **detail}.items())] if not job_ids else []
+        about: list[str] = []
+        if not job_ids:
+            where = {k: str(kw[k]) for k in ("pool", "node", "instance") if kw.get(k)}
+            about = [f"{k}={v}" for k, v in sorted({**where, **detail}.items())]
         d = Decision(
             decision_id=decision_id(
                 self.now, reason, *job_ids, *about, str(kw.get("chosen") or "")
@@ -415,10 +418,17 @@ class _Planner:
             pools = frozenset(c.pool for c in ranked)
             self._pools_of[id(ranked)] = pools
         for name in pools:
-            if self.pool_nodes.get(name, 0) < self.policy.pool(name).max_nodes:
+            if self.pool_nodes.get(name, 0) < self._max_nodes(name):
                 return None
         self._full[id(ranked)] = pools
         return pools
+
+    def _max_nodes(self, pool: str) -> int:
+        """The pool's max size, by name (Policy.pool scans the list: a dict look-up here)."""
+        hit = self._pool_max.get(pool)
+        if hit is None:
+            hit = self._pool_max[pool] = self.policy.pool(pool).max_nodes
+        return hit
 
     # ---- phases --------------------------------------------------------------------------
 
@@ -692,8 +702,8 @@ class _Planner:
                 else:
                     group[1].append(job.job_id)
                 continue
-            chosen, alts, blocked = self._first_allowed(ranked, team, runtime, planned_nodes)
-            if chosen is None:
+            at, alts, blocked = self._first_allowed(ranked, team, runtime, planned_nodes)
+            if at < 0:
                 self._decide(
                     blocked or ReasonCode.BLOCKED_NO_OFFER,
                     (job.job_id,),
@@ -704,13 +714,14 @@ class _Planner:
                     global_headroom_usd_hr=self.budget.global_headroom(),
                 )
                 continue
+            chosen = ranked[at]
+            expected = alts[-1].expected_cost_usd  # the chosen one's, priced just now
             # Show the next cheapest options too, so a reviewer sees what was passed over.
-            for cand in ranked[ranked.index(chosen) + 1 :]:
+            for cand in ranked[at + 1 :]:
                 if len(alts) >= MAX_ALTERNATIVES:
                     break
                 more = _usd(cand.expected_cost(runtime, spot))
                 alts.append(Alternative(cand.key, cand.usd_hr, more, False, Rejection.COSTLIER))
-            expected = _usd(chosen.expected_cost(runtime, spot))
             self.budget.spend(chosen.usd_hr, team, expected)
             self.pool_nodes[chosen.pool] = self.pool_nodes.get(chosen.pool, 0) + chosen.nodes
             planned_nodes += chosen.nodes
@@ -799,24 +810,22 @@ class _Planner:
 
     def _first_allowed(
         self, ranked: Sequence[Candidate], team: str, runtime: float, planned_nodes: int
-    ) -> tuple[Candidate | None, list[Alternative], ReasonCode | None]:
-        """The cheapest of `ranked` that passes every guardrail (back-off, the pool's max size,
-        the per-pass max, the global $/h cap and the team's monthly budget), the alternatives
-        passed over with why, and the first guardrail that blocked one. Every scale-up, the
-        planner's own and the ones Slurm asks for, goes through here."""
+    ) -> tuple[int, list[Alternative], ReasonCode | None]:
+        """The index in `ranked` of the cheapest that passes every guardrail (back-off, the
+        pool's max size, the per-pass max, the global $/h cap and the team's monthly budget;
+        -1 if none does), the alternatives passed over with why, and the first guardrail that
+        blocked one. Every scale-up, the planner's own and the ones Slurm asks for, goes
+        through here."""
         alts: list[Alternative] = []
         blocked: ReasonCode | None = None
         spot = self.policy.spot
         cap_nodes = self.policy.guardrails.max_scale_up_nodes_per_pass
-        for cand in ranked:
+        for at, cand in enumerate(ranked):
             why: Rejection | None = None
             expected: Decimal | None = None
             if self.backoff.blocked(cand.key, self.now):
                 why, code = Rejection.BACKOFF, ReasonCode.BLOCKED_BACKOFF
-            elif (
-                self.pool_nodes.get(cand.pool, 0) + cand.nodes
-                > self.policy.pool(cand.pool).max_nodes
-            ):
+            elif self.pool_nodes.get(cand.pool, 0) + cand.nodes > self._max_nodes(cand.pool):
                 why, code = Rejection.POOL_MAX, ReasonCode.BLOCKED_POOL_MAX
             elif planned_nodes + cand.nodes > cap_nodes:
                 why, code = Rejection.PASS_MAX, ReasonCode.BLOCKED_POOL_MAX
@@ -834,8 +843,8 @@ class _Planner:
                 continue
             assert expected is not None
             alts.append(Alternative(cand.key, cand.usd_hr, expected, True))
-            return cand, alts, blocked
-        return None, alts, blocked
+            return at, alts, blocked
+        return -1, alts, blocked
 
     def _slurm_power_ups(self) -> None:
         """Slurm-driven mode: a job submitted straight to a burst partition makes Slurm power
@@ -905,8 +914,8 @@ class _Planner:
                 for c in rank(cands, runtime, self.policy.spot)
                 if c.nodes == 1 and c.gpus_per_node >= gpus
             ]
-            chosen, alts, blocked = self._first_allowed(ranked, team, runtime, self.planned_nodes)
-            if chosen is None:
+            at, alts, blocked = self._first_allowed(ranked, team, runtime, self.planned_nodes)
+            if at < 0:
                 self._decide(
                     blocked or ReasonCode.BLOCKED_NO_OFFER,
                     job_ids,
@@ -918,6 +927,7 @@ class _Planner:
                     **where,
                 )
                 continue
+            chosen = ranked[at]
             expected = _usd(chosen.expected_cost(runtime, self.policy.spot))
             self.budget.spend(chosen.usd_hr, team, expected)
             self.pool_nodes[pool.name] = self.pool_nodes.get(pool.name, 0) + 1

@@ -37,6 +37,8 @@ class OnPremProfile:
         "_heaps",
         "_now",
         "_shared",
+        "_soon",
+        "_soon_from",
         "_version",
         "cap",
         "free",
@@ -59,8 +61,14 @@ class OnPremProfile:
         self.node_names = node_names or tuple(f"onprem-{i}" for i in range(len(self.cap)))
         self._version = [0] * len(self.cap)
         self._heaps: dict[int, list[tuple[float, int, int]]] = {}
-        # [time, nodes with a GPU free then (node order), count of leading nodes now full]
-        self._now: tuple[float, list[int], int] = (-INF, [], 0)
+        # The single-node search's heaps: the same entries, but bounds from `_soon_from` on
+        # (no start before it), raised to each query's time as the search meets them. Valid
+        # for queries from `_soon_from` on; an earlier query rebuilds them. Kept apart from
+        # _heaps, whose history-bound order picks the nodes a gang looks at in large clusters.
+        self._soon: dict[int, list[tuple[float, int, int]]] = {}
+        self._soon_from = -INF
+        # (time, count of leading nodes full then)
+        self._now: tuple[float, int] = (-INF, 0)
         # gpus -> {latest: shortest duration that found no start by `latest`} (for one
         # `not_before`, see _fails_at). Reservations only take GPUs away, so a longer job cannot
         # fit either: thousands of jobs that will burst skip the search. Cleared whenever GPUs
@@ -98,7 +106,9 @@ class OnPremProfile:
         twin.node_names = self.node_names
         twin._version = list(self._version)
         twin._heaps = {g: list(h) for g, h in self._heaps.items()}
-        twin._now = (self._now[0], list(self._now[1]), self._now[2])
+        twin._soon = {g: list(h) for g, h in self._soon.items()}
+        twin._soon_from = self._soon_from
+        twin._now = self._now
         twin._fails = {g: dict(by_latest) for g, by_latest in self._fails.items()}
         twin._fails_at = self._fails_at
         return twin
@@ -114,25 +124,37 @@ class OnPremProfile:
                 return self.times[i][k]
         return INF
 
+    def _first_at_least_from(self, i: int, g: int, at: float) -> float:
+        """Lower bound on when node i could start a job of g GPUs at `at` or later: the first
+        time from `at` on that it has g GPUs free."""
+        times, free = self.times[i], self.free[i]
+        if at <= times[0]:
+            return self._first_at_least(i, g)
+        now = bisect_right(times, at, 1) - 1
+        if free[now] >= g:
+            return at
+        for k in range(now + 1, len(free)):
+            if free[k] >= g:
+                return times[k]
+        return INF
+
     def _fit(self, i: int, g: int, duration: float, at: float) -> float:
         """Earliest t >= at when node i has g GPUs free during [t, t + duration)."""
         if self.cap[i] < g:
             return INF
         times, free = self.times[i], self.free[i]
         n = len(times)
-        k = bisect_right(times, at, 1) - 1  # lo=1: a time before the first step reads step 0
+        k0 = bisect_right(times, at, 1) - 1  # lo=1: a time before the first step reads step 0
         start: float | None = None
-        while k < n:
-            seg_start = times[k] if times[k] > at else at
-            seg_end = times[k + 1] if k + 1 < n else INF
+        # Steps too full are only passed over: their bounds are read only where one fits.
+        for k in range(k0, n):
             if free[k] >= g:
                 if start is None:
-                    start = seg_start
-                if seg_end - start >= duration:
+                    start = times[k] if times[k] > at else at
+                if (times[k + 1] if k + 1 < n else INF) - start >= duration:
                     return start
             else:
                 start = None
-            k += 1
         return INF if start is None else start
 
     def _fits_at(self, i: int, g: int, duration: float, at: float) -> bool:
@@ -151,21 +173,26 @@ class OnPremProfile:
             if k >= n or times[k] - at >= duration:
                 return True
 
-    def _free_nodes(self, at: float) -> list[int]:
-        when, nodes, cur = self._now
+    def _first_fit_now(self, g: int, duration: float, at: float) -> int:
+        """The first node, in order, that can start a job of g GPUs at `at`; -1 if none.
+        Scanned lazily: building the list of every node with a GPU free at each new planning
+        time cost more than the scan, which mostly stops early."""
+        when, cur = self._now
         if when != at:
-            # Inlined _free_at: this runs over every node once per new planning time.
-            nodes = [
-                i
-                for i, (t, f) in enumerate(zip(self.times, self.free, strict=True))
-                if f[bisect_right(t, at, 1) - 1] > 0
-            ]
             cur = 0
+        times, free = self.times, self.free
+        n = len(times)
         # Commits only ever fill nodes at `at`, so a full prefix can be skipped for good.
-        while cur < len(nodes) and self._free_at(nodes[cur], at) <= 0:
+        while cur < n and free[cur][bisect_right(times[cur], at, 1) - 1] <= 0:
             cur += 1
-        self._now = (at, nodes, cur)
-        return nodes[cur:]
+        self._now = (at, cur)
+        for i in range(cur, n):
+            # Inlined prefilter (_fits_at's first test): most nodes fail it.
+            if free[i][bisect_right(times[i], at, 1) - 1] >= g and self._fits_at(
+                i, g, duration, at
+            ):
+                return i
+        return -1
 
     def _free_at(self, i: int, at: float) -> int:
         return self.free[i][bisect_right(self.times[i], at, 1) - 1]
@@ -173,9 +200,28 @@ class OnPremProfile:
     def free_now(self, now_ts: float) -> int:
         return sum(max(0, self._free_at(i, now_ts)) for i in range(len(self.cap)))
 
+    def _heap_max(self) -> int:
+        """Entries (stale ones included) past which a size's heap is rebuilt."""
+        return 4 * len(self.cap) + 64
+
+    def _soon_heap(self, g: int, at: float) -> list[tuple[float, int, int]]:
+        """The single-node search's heap for g GPUs, for a query from `at` on."""
+        if at < self._soon_from:
+            self._soon.clear()  # bounds raised for later queries may not hold for this one
+        self._soon_from = at  # every bound in the heaps holds from here on
+        h = self._soon.get(g)
+        if h is None or len(h) > self._heap_max():
+            h = [
+                (self._first_at_least_from(i, g, at), i, self._version[i])
+                for i in range(len(self.cap))
+            ]
+            heapq.heapify(h)
+            self._soon[g] = h
+        return h
+
     def _heap(self, g: int) -> list[tuple[float, int, int]]:
         h = self._heaps.get(g)
-        if h is None or len(h) > 4 * len(self.cap) + 64:
+        if h is None or len(h) > self._heap_max():
             h = [(self._first_at_least(i, g), i, self._version[i]) for i in range(len(self.cap))]
             heapq.heapify(h)
             self._heaps[g] = h
@@ -213,9 +259,9 @@ class OnPremProfile:
         # 1. first fit among nodes that can start it at once
         if not known_not_now:
             if fails.get(not_before, INF) > duration:
-                for i in self._free_nodes(not_before):
-                    if self._fits_at(i, gpus, duration, not_before):
-                        return Placement(not_before, (i,), (gpus,))
+                i = self._first_fit_now(gpus, duration, not_before)
+                if i >= 0:
+                    return Placement(not_before, (i,), (gpus,))
                 if latest == not_before:
                     fails[not_before] = min(duration, fails.get(not_before, INF))
                     return None
@@ -224,7 +270,7 @@ class OnPremProfile:
         # 2. best start later: nodes in order of a lower bound, stop when it cannot win
         if latest < INF and fails.get(latest, INF) <= duration:
             return None
-        h = self._heap(gpus)
+        h = self._soon_heap(gpus, not_before)
         best, best_i = INF, -1
         stale: list[tuple[float, int, int]] = []
         version, pop = self._version, heapq.heappop  # locals: this loop runs for every job
@@ -241,10 +287,16 @@ class OnPremProfile:
                 break
             if bound == best and i > best_i:
                 break
-            stale.append(pop(h))
+            item = pop(h)
             t = self._fit(i, gpus, duration, not_before)
             if t < best or (t == best and i < best_i):
                 best, best_i = t, i
+            # Back with its bound raised to this query's time (a bound already past it is
+            # as high as it gets): later queries, the simulator's at ever later times, then
+            # skip nodes that had room only in the past.
+            if bound < not_before:
+                item = (self._first_at_least_from(i, gpus, not_before), i, ver)
+            stale.append(item)
         for item in stale:
             heapq.heappush(h, item)
         if best_i < 0 or best == INF or best > latest:
@@ -362,15 +414,26 @@ class OnPremProfile:
         free = self.free[i]
         for k in range(a, b):
             free[k] += delta
-        self._merge(i)
+        self._merge(i, a, b)
         self._version[i] += 1
         v = self._version[i]
-        for size, h in self._heaps.items():
-            heapq.heappush(h, (self._first_at_least(i, size), i, v))
+        cap = self._heap_max()
+        for size, h in list(self._heaps.items()):
+            if len(h) >= cap:
+                # _heap would rebuild it on its next use anyway: drop it now rather than let a
+                # size nobody asks for grow with every change (and be copied on every pass).
+                del self._heaps[size]
+            else:
+                heapq.heappush(h, (self._first_at_least(i, size), i, v))
+        for size, h in list(self._soon.items()):
+            if len(h) >= cap:
+                del self._soon[size]  # as above
+            else:
+                heapq.heappush(h, (self._first_at_least_from(i, size, self._soon_from), i, v))
         if delta > 0:
             self._fails.clear()
             if start <= self._now[0] < end:
-                self._now = (-INF, [], 0)  # a node may have room again
+                self._now = (-INF, 0)  # a node may have room again
 
     def hold_from_start(self, i: int, holds: list[tuple[float, int]]) -> None:
         """Node i, untouched so far, with each (end, gpus) of `holds` taken from the profile's
@@ -379,7 +442,7 @@ class OnPremProfile:
         planner does this for every running job of the cluster on every pass)."""
         times, free = self.times[i], self.free[i]
         start = times[0]
-        fresh = len(times) == 1 and free[0] == self.cap[i] and not self._heaps
+        fresh = len(times) == 1 and free[0] == self.cap[i] and not self._heaps and not self._soon
         if not fresh or not all(start < end < INF and gpus > 0 for end, gpus in holds):
             for end, gpus in holds:  # not the case this is for: take the general path
                 self.adjust(i, start, end, -gpus)
@@ -398,15 +461,26 @@ class OnPremProfile:
         self._shared[i] = False
         self._version[i] += 1
 
-    def _merge(self, i: int) -> None:
+    def _merge(self, i: int, a: int, b: int) -> None:
+        """Join equal neighbours after steps a..b-1 of node i changed by one amount: no two
+        neighbours are equal before a change, so only the steps at its two ends can be. From
+        the first step on (a step may have been put in front, see _split), all are looked at."""
         times, free = self.times[i], self.free[i]
-        k = 1
-        while k < len(times):
-            if free[k] == free[k - 1]:
-                del times[k]
-                del free[k]
-            else:
-                k += 1
+        if a == 0:
+            k = 1
+            while k < len(times):
+                if free[k] == free[k - 1]:
+                    del times[k]
+                    del free[k]
+                else:
+                    k += 1
+            return
+        if b < len(times) and free[b] == free[b - 1]:
+            del times[b]
+            del free[b]
+        if a > 0 and free[a] == free[a - 1]:
+            del times[a]
+            del free[a]
 
     def commit(self, placement: Placement, end_ts: float) -> None:
         """Reserve the placement's GPUs from its start until end_ts."""

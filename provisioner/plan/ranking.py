@@ -30,18 +30,20 @@ class Candidate:
     interruption_pct: float
     # Derived once: expected_cost and rank run for every pending job of a pass, and turning
     # the Decimal price into a float (or the key into text) each time was most of their cost.
+    _usd_hr: Decimal = field(init=False, repr=False, compare=False)
     _usd_hr_float: float = field(init=False, repr=False, compare=False)
     _spot: bool = field(init=False, repr=False, compare=False)
     key_text: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_usd_hr_float", float(self.usd_hr))
+        object.__setattr__(self, "_usd_hr", self.usd_hr_per_node * self.nodes)
+        object.__setattr__(self, "_usd_hr_float", float(self._usd_hr))
         object.__setattr__(self, "_spot", self.key.capacity is CapacityType.SPOT)
         object.__setattr__(self, "key_text", str(self.key))
 
     @property
     def usd_hr(self) -> Decimal:
-        return self.usd_hr_per_node * self.nodes
+        return self._usd_hr
 
     def expected_cost(self, runtime_s: float, risk: SpotRisk) -> float:
         """$ for boot + runtime, plus the expected rework if spot capacity is reclaimed."""

@@ -44,6 +44,7 @@ from provisioner.simulate.trace import TraceJob
 
 Estimate = Literal["exact", "none", "history"]
 BILLING_MIN_S = 60.0
+_HOUR = Decimal(3600)
 UNLIMITED_NODES = 10**9
 
 
@@ -195,7 +196,7 @@ class _Cloud:
 
     def bill(self, cand: Candidate, seconds: float, start: float) -> None:
         secs = max(self.billing_min_s, seconds)
-        self.cost += cand.usd_hr * Decimal(repr(round(secs, 3))) / Decimal(3600)
+        self.cost += cand.usd_hr * Decimal(repr(round(secs, 3))) / _HOUR
         self.gpu_seconds += cand.gpus_per_node * cand.nodes * secs
         self.spans.append((start, start + secs, cand.gpus_per_node * cand.nodes))
 
@@ -275,6 +276,9 @@ class Simulation:
         self._ends: list[tuple[float, int]] = []
         # What the planner was told about each job: (runtime, source, spread), or None.
         self._told: list[tuple[float, str, float | None] | None] = [None] * len(jobs)
+        # --estimate exact: job -> (ready, budget end, true start) looked up before this
+        # event's plan (see _regret_ahead).
+        self._ahead: dict[int, tuple[float, float, float]] = {}
         self.regret_usd = self.regret_budget_usd = 0.0
         self.regret_jobs = self.regret_budget_jobs = 0
 
@@ -350,14 +354,13 @@ class Simulation:
         """Count a burst that on-prem would have started before the cloud node was ready, or
         within the job's budget (the budget its true runtime gives)."""
         job = self.jobs[i]
-        within = job.submit_s + self._budget(job, job.duration_s)
-        if onprem_start is None:
-            # Kept from now, on the true cluster: later arrivals cannot delay it (conservative
-            # backfilling), so this is when it would have started.
-            place = self.true.earliest(
-                job.gpus, job.submit_s, job.duration_s, latest=max(ready, within)
-            )
-            onprem_start = place.start_ts if place is not None else math.inf
+        ahead = self._ahead.get(i)
+        if onprem_start is None and ahead is not None and ahead[0] == ready:
+            _, within, onprem_start = ahead
+        else:
+            within = job.submit_s + self._budget(job, job.duration_s)
+            if onprem_start is None:
+                onprem_start = self._true_start(i, max(ready, within))
         if onprem_start > max(ready, within):
             return
         # The job's share of what its node group bills: its GPUs, for boot + its runtime.
@@ -369,6 +372,26 @@ class Simulation:
         if onprem_start <= within:
             self.regret_budget_usd += usd
             self.regret_budget_jobs += 1
+
+    def _true_start(self, i: int, latest: float) -> float:
+        """When the true cluster would start job i, kept from its arrival, if by `latest`
+        (else inf). Later arrivals cannot delay it (conservative backfilling)."""
+        job = self.jobs[i]
+        place = self.true.earliest(job.gpus, job.submit_s, job.duration_s, latest=latest)
+        return place.start_ts if place is not None else math.inf
+
+    def _regret_ahead(self, rest: Sequence[int], now: float) -> None:
+        """`--estimate exact`: the regret look-up of each job the planner is about to see,
+        done before it plans. The true cluster (the planner's view) is the same then as when a
+        burst asks, and the planner's copy inherits the profile's record of what cannot start
+        by when: it asks the same of each job, so it need not search again for those that
+        burst."""
+        self._ahead.clear()
+        ready = now + self.s.boot_s  # every sim pool boots in boot_s (see sim_pools)
+        for i in rest:
+            job = self.jobs[i]
+            within = job.submit_s + self._budget(job, job.duration_s)
+            self._ahead[i] = (ready, within, self._true_start(i, max(ready, within)))
 
     def _learn(self, now: float) -> None:
         """Feed the runtime history every job that has ended by now."""
@@ -462,6 +485,8 @@ class Simulation:
         rest = batch[k:]
         burst: set[int] = set()
         hedged: dict[int, float] = {}
+        if rest and exact:
+            self._regret_ahead(rest, now)
         if rest:
             snap = ClusterSnapshot(
                 taken_ts=now,
@@ -475,6 +500,7 @@ class Simulation:
                 burst.update(idxs)
                 cand = self._candidate_of(action.pool, action.offer, self.jobs[idxs[0]].gpus)
                 self._burst(idxs, cand, now)
+            self._ahead.clear()  # the true cluster changes from here on
             for d in result.decisions:
                 if d.reason is ReasonCode.WAIT_UNCERTAIN_RUNTIME:
                     i = int(d.job_ids[0])
@@ -532,15 +558,14 @@ class Simulation:
 
     def _budget(self, job: TraceJob, known_runtime: float | None) -> float:
         """The default policy's waiting budget for a job (the planner computes the same)."""
-        wp = self.policy.waiting.for_job("onprem", "")
+        wp = self._wp
         runtime = known_runtime if known_runtime is not None else self._fallback_rt
         ranked = self._ranked(job.gpus, wp.spot_allowed, runtime)
         cheapest = ranked[0].expected_cost(runtime, self.policy.spot) if ranked else None
         return wp.budget_s(job.gpus, known_runtime, cheapest)
 
     def _best_now(self, job: TraceJob) -> Candidate:
-        wp = self.policy.waiting.for_job("onprem", "")
-        return self._ranked(job.gpus, wp.spot_allowed, self._fallback_rt)[0]
+        return self._ranked(job.gpus, self._wp.spot_allowed, self._fallback_rt)[0]
 
     def _candidate_of(self, pool: str, key: object, gpus: int) -> Candidate:
         """The candidate behind a planned scale-up (the planner returns only its key)."""
