@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.databases import BACKENDS, databases
+from tests.databases import BACKENDS, PG_URL, databases
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,3 +40,12 @@ def make_db_url(db_backend: str, tmp_path_factory: Any) -> Iterator[Callable[[],
 @pytest.fixture
 def db_url(make_db_url: Callable[[], str]) -> str:
     return make_db_url()
+
+
+@pytest.fixture
+def pg_url(tmp_path: Any) -> Iterator[Callable[[], str]]:
+    """A factory of fresh PostgreSQL databases, for tests that are about PostgreSQL itself
+    (its locks, a restart); `make test` always has one (REQUIRE_POSTGRES)."""
+    if not PG_URL:
+        pytest.skip("needs PostgreSQL: PROVISIONER_TEST_DATABASE_URL (make test starts one)")
+    yield from databases("postgresql", tmp_path)

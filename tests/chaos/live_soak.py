@@ -68,6 +68,7 @@ import yaml
 
 from provisioner.demo.chaos import (
     CLOUD_FAULTS,
+    FAULT_KINDS,
     REGION,
     backup_sqlite,
     capacity_of,
@@ -86,18 +87,6 @@ ORPHAN_GRACE_S = 20.0
 IDLE_TIMEOUT_S = 5.0  # policies/demo/slurm
 SLURM_TIMEOUT_S = 2.0
 TICK_S = 0.5
-FAULT_KINDS = (
-    "kill",
-    "capacity",
-    "partial_fill",
-    "throttle",
-    "lost_response",
-    "slurm_down",
-    "stale",
-    "spot_interruption",
-    "old_store",
-    "telemetry",
-)
 _WEIGHTS = {
     "kill": 4,
     "capacity": 1,

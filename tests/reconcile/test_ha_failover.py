@@ -31,7 +31,6 @@ from provisioner.api.auth import create_token
 from provisioner.reconcile.loop import STEP_SCALE_UP_AFTER_CLOUD, STEP_SCALE_UP_AFTER_INTENT
 from provisioner.store import Store
 from provisioner.store.models import LedgerRow
-from tests.databases import PG_URL, databases
 
 pytestmark = [pytest.mark.ha, pytest.mark.aws]
 REPO = Path(__file__).resolve().parents[2]
@@ -121,13 +120,6 @@ def test_a_leader_paused_past_its_lease_is_fenced_when_it_wakes(world, store, mo
 
 
 # ---------------------------------------------------------------------------- PostgreSQL restart
-
-
-@pytest.fixture
-def pg_url(tmp_path):
-    if not PG_URL:
-        pytest.skip("needs PostgreSQL: PROVISIONER_TEST_DATABASE_URL (make test starts one)")
-    yield from databases("postgresql", tmp_path)
 
 
 def pg_ctl(url: str, action: str) -> None:

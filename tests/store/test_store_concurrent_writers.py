@@ -18,7 +18,6 @@ from sqlalchemy import create_engine, insert, text
 from provisioner.config.models import Budgets, PoolPolicy, TeamBudget
 from provisioner.store import Store
 from provisioner.store.models import BudgetRow, OperatorStateRow, PoolRow
-from tests.databases import PG_URL, databases
 
 pytestmark = pytest.mark.postgres
 T0 = 1_800_000_000.0
@@ -26,10 +25,12 @@ POOL = PoolPolicy(name="burst", cloud="aws", regions=["us-east-1"], gpu_model="A
 
 
 @pytest.fixture
-def pg_url(tmp_path) -> Iterator[Callable[[], str]]:
-    if not PG_URL:
-        pytest.skip("needs PostgreSQL: PROVISIONER_TEST_DATABASE_URL (make test starts one)")
-    yield from databases("postgresql", tmp_path)
+def pg(pg_url) -> Iterator[tuple[str, Store]]:
+    """A fresh PostgreSQL database, migrated, and our controller's store on it."""
+    url = pg_url()
+    store = Store(url)
+    yield url, store
+    store.close()
 
 
 def _waiting_on_a_lock(store: Store) -> bool:
@@ -81,55 +82,37 @@ def _against_an_uncommitted_insert(
         raise errors[0]
 
 
-def test_pools_sync_meets_a_second_controllers_insert_and_updates_it(pg_url):
-    url = pg_url()
-    store = Store(url)
-    try:
-        other_row = {"name": "burst", "cloud": "gcp", "max_nodes": 1, "drained": True}
-        big = POOL.model_copy(update={"max_nodes": 7})
-        _against_an_uncommitted_insert(
-            url, (PoolRow, other_row), lambda: store.sync_pools([big], T0)
-        )
-        (p,) = store.pools()
-        # policy's columns are ours; the drain flag stays the other writer's (the operator's)
-        assert (p.cloud, p.max_nodes, p.drained) == ("aws", 7, True)
-    finally:
-        store.close()
+def test_pools_sync_meets_a_second_controllers_insert_and_updates_it(pg):
+    url, store = pg
+    other_row = {"name": "burst", "cloud": "gcp", "max_nodes": 1, "drained": True}
+    big = POOL.model_copy(update={"max_nodes": 7})
+    _against_an_uncommitted_insert(url, (PoolRow, other_row), lambda: store.sync_pools([big], T0))
+    (p,) = store.pools()
+    # policy's columns are ours; the drain flag stays the other writer's (the operator's)
+    assert (p.cloud, p.max_nodes, p.drained) == ("aws", 7, True)
 
 
-def test_budgets_sync_meets_a_second_controllers_insert_and_updates_it(pg_url):
-    url = pg_url()
-    store = Store(url)
-    try:
-        other_row = {"scope": "team", "name": "vision", "monthly_usd": Decimal("1")}
-        budgets = Budgets(teams={"vision": TeamBudget(monthly_usd=Decimal("5000"))})
-        _against_an_uncommitted_insert(
-            url, (BudgetRow, other_row), lambda: store.sync_budgets(budgets, T0)
-        )
-        assert [(b.scope, b.name, b.monthly_usd) for b in store.budgets()] == [
-            ("team", "vision", Decimal("5000"))
-        ]
-    finally:
-        store.close()
+def test_budgets_sync_meets_a_second_controllers_insert_and_updates_it(pg):
+    url, store = pg
+    other_row = {"scope": "team", "name": "vision", "monthly_usd": Decimal("1")}
+    budgets = Budgets(teams={"vision": TeamBudget(monthly_usd=Decimal("5000"))})
+    _against_an_uncommitted_insert(
+        url, (BudgetRow, other_row), lambda: store.sync_budgets(budgets, T0)
+    )
+    assert [(b.scope, b.name, b.monthly_usd) for b in store.budgets()] == [
+        ("team", "vision", Decimal("5000"))
+    ]
 
 
-def test_pausing_meets_a_second_writers_first_operator_row(pg_url):
-    url = pg_url()
-    store = Store(url)
-    try:
-        _against_an_uncommitted_insert(
-            url,
-            (OperatorStateRow, {"id": 1, "sweep_hold_reason": "held by the other"}),
-            lambda: store.set_paused(True, T0, by="alice", reason="quota"),
-        )
-        st = store.operator_state()
-        assert (st.paused, st.updated_by, st.sweep_hold_reason) == (
-            True,
-            "alice",
-            "held by the other",
-        )
-    finally:
-        store.close()
+def test_pausing_meets_a_second_writers_first_operator_row(pg):
+    url, store = pg
+    _against_an_uncommitted_insert(
+        url,
+        (OperatorStateRow, {"id": 1, "sweep_hold_reason": "held by the other"}),
+        lambda: store.set_paused(True, T0, by="alice", reason="quota"),
+    )
+    st = store.operator_state()
+    assert (st.paused, st.updated_by, st.sweep_hold_reason) == (True, "alice", "held by the other")
 
 
 def test_controllers_opening_a_fresh_database_at_once_all_migrate(pg_url):
