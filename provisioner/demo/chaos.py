@@ -461,7 +461,7 @@ class Soak:
         # faults of the cloud last a pass or two, as a capacity shortage does
         if self.rng.random() < 0.5:
             self.server.clear_faults()
-            clear_gce_faults(self.gce)
+            self.gce.clear_faults()
         if self.debug:
             states = sorted(
                 (i["InstanceId"][-4:], i["State"]["Name"]) for i in self._moto_instances()
@@ -634,7 +634,7 @@ class Soak:
                 self.step(i)
             # quiet: no more faults; let the work finish and the fleet drain
             self.server.clear_faults()
-            clear_gce_faults(self.gce)
+            self.gce.clear_faults()
             self.slurm_down_until = -1.0
             for _ in range(200):
                 done = all(j.state is JobState.COMPLETED for j in self.fake.jobs.values())
@@ -731,12 +731,6 @@ def inject_gce_fault(gce: Any, kind: str, rng: random.Random) -> None:
         raise InvalidArgument(f"not a cloud fault: {kind!r}")
 
 
-def clear_gce_faults(gce: Any) -> None:
-    with gce.lock:
-        gce.faults.clear()
-        gce.capacity.clear()
-
-
 def capacity_of(inst: dict[str, Any]) -> str:
     tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
     return "spot" if tags.get("capacity") == "spot" else "on-demand"
@@ -744,26 +738,25 @@ def capacity_of(inst: dict[str, Any]) -> str:
 
 def catalog_prices() -> dict[str, Decimal]:
     """The p4d.24xlarge prices in us-east-1 from the shipped price list (not the product)."""
-    import csv
-
-    path = Path(__file__).resolve().parents[2] / "policies" / "catalog" / "gpu_offers.csv"
-    with path.open(newline="") as fh:
-        for row in csv.reader(fh):
-            if row[:3] == ["aws", REGION, ITYPE]:
-                return {"on-demand": Decimal(row[8]), "spot": Decimal(row[9])}
-    raise NotKnown(f"{path}: no {ITYPE} in {REGION}")
+    row = _catalog_row("aws", REGION, ITYPE)
+    return {"on-demand": Decimal(row[8]), "spot": Decimal(row[9])}
 
 
 def gcp_price(capacity: str) -> Decimal:
     """The a2-highgpu-8g price in us-central1 (on-demand or spot) from the shipped price list."""
+    row = _catalog_row("gcp", GCP_REGION, GCP_TYPE)
+    return Decimal(row[9] if capacity == "spot" else row[8])
+
+
+def _catalog_row(cloud: str, region: str, instance_type: str) -> list[str]:
     import csv
 
     path = Path(__file__).resolve().parents[2] / "policies" / "catalog" / "gpu_offers.csv"
     with path.open(newline="") as fh:
         for row in csv.reader(fh):
-            if row[:3] == ["gcp", GCP_REGION, GCP_TYPE]:
-                return Decimal(row[9] if capacity == "spot" else row[8])
-    raise NotKnown(f"{path}: no {GCP_TYPE} in {GCP_REGION}")
+            if row[:3] == [cloud, region, instance_type]:
+                return row
+    raise NotKnown(f"{path}: no {instance_type} in {cloud} {region}")
 
 
 def _boto_clients(capacity: Any) -> Iterator[Any]:

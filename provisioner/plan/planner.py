@@ -928,7 +928,7 @@ class _Planner:
                 )
                 continue
             chosen = ranked[at]
-            expected = _usd(chosen.expected_cost(runtime, self.policy.spot))
+            expected = alts[-1].expected_cost_usd  # the chosen one's, priced just now
             self.budget.spend(chosen.usd_hr, team, expected)
             self.pool_nodes[pool.name] = self.pool_nodes.get(pool.name, 0) + 1
             self.planned_nodes += 1

@@ -81,7 +81,7 @@ class PolicyStore(StoreBase):
 
     def set_paused(self, paused: bool, now_ts: float, by: str = "", reason: str = "") -> None:
         with self.transaction() as s:
-            row = _operator_row(s, self)
+            row = self._operator_row(s)
             row.paused = paused
             row.reason = reason[:500]
             row.updated_ts = now_ts
@@ -91,7 +91,7 @@ class PolicyStore(StoreBase):
         """The sweep's safety valve: hold (reason) or release (""). A hold keeps its start
         time while it lasts, so an operator's go-ahead given during it stays valid."""
         with self.fenced_transaction() as s:
-            row = _operator_row(s, self)
+            row = self._operator_row(s)
             if reason and not row.sweep_hold_reason:
                 row.sweep_hold_ts = now_ts
             if not reason:
@@ -101,9 +101,17 @@ class PolicyStore(StoreBase):
     def approve_sweep(self, now_ts: float, by: str) -> None:
         """An operator checked the disagreement and lets the held sweep go ahead."""
         with self.transaction() as s:
-            row = _operator_row(s, self)
+            row = self._operator_row(s)
             row.sweep_approved_ts = now_ts
             row.sweep_approved_by = by
+
+    def _operator_row(self, s: Session) -> OperatorStateRow:
+        """The one operator-state row (id=1), created on first write (an insert that two
+        writers at once cannot both make), then read locked for this transaction."""
+        self._upsert(s, OperatorStateRow, [_OPERATOR_DEFAULTS])
+        row = s.get(OperatorStateRow, 1, with_for_update=True)
+        assert row is not None  # just inserted, or already there
+        return row
 
     # ------------------------------------------------------------------ budgets
 
@@ -166,15 +174,6 @@ def _pool(r: PoolRow) -> PoolInfo:
         drained_ts=r.drained_ts,
         drained_by=r.drained_by,
     )
-
-
-def _operator_row(s: Session, store: StoreBase) -> OperatorStateRow:
-    """The one operator-state row (id=1), created on first write (an insert that two
-    writers at once cannot both make), then read locked for this transaction."""
-    store._upsert(s, OperatorStateRow, [_OPERATOR_DEFAULTS])
-    row = s.get(OperatorStateRow, 1, with_for_update=True)
-    assert row is not None  # just inserted, or already there
-    return row
 
 
 # The policy's columns of a pool row; the drain flag and its fields are the operator's.

@@ -155,6 +155,12 @@ class FakeGCE:
             self.faults.append(fault)
         return fault
 
+    def clear_faults(self) -> None:
+        """Forget every fault and capacity limit (the VMs and groups stay)."""
+        with self.lock:
+            self.faults.clear()
+            self.capacity.clear()
+
     def set_capacity(self, location: str, machine_type: str, count: int) -> None:
         """`location` (a zone or a region) can create only `count` more `machine_type` VMs."""
         with self.lock:
