@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +26,11 @@ class TraceJob:
 
 
 def _open(path: Path) -> io.TextIOBase:
+    # utf-8-sig: spreadsheet exports start with a byte-order mark, which would otherwise
+    # become part of the first column's name.
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return path.open(newline="", encoding="utf-8")  # type: ignore[return-value]
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+    return path.open(newline="", encoding="utf-8-sig")  # type: ignore[return-value]
 
 
 def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
@@ -37,7 +40,8 @@ def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
     try:
         with _open(p) as fh:
             reader = csv.DictReader(fh)
-            cols = reader.fieldnames or []
+            cols = [c.strip() for c in reader.fieldnames or []]
+            reader.fieldnames = cols
             missing = [c for c in REQUIRED if c not in cols]
             if missing:
                 raise InputError(f"{p}: missing column(s) {', '.join(missing)} in the header")
@@ -45,6 +49,8 @@ def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
                 jobs.append(_row(row, p, line))
                 if limit is not None and len(jobs) >= limit:
                     break
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{p}: not UTF-8 text ({exc.reason})") from None
     except (EOFError, gzip.BadGzipFile) as exc:
         raise InputError(f"{p}: corrupt gzip file ({exc})") from None
     except OSError as exc:
@@ -57,9 +63,12 @@ def _row(row: dict[str, str], p: Path, line: int) -> TraceJob:
     def num(col: str) -> float:
         raw = row.get(col)
         try:
-            return float(raw)  # type: ignore[arg-type]
+            value = float(raw)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise InputError(f"{p}: line {line}: {col}: not a number: {raw!r}") from None
+        if not math.isfinite(value):  # a NaN submit time would never come round
+            raise InputError(f"{p}: line {line}: {col}: not a finite number: {raw!r}")
+        return value
 
     submit, duration, gpus = num("submit_s"), num("duration_s"), num("gpus")
     if submit < 0:

@@ -114,6 +114,67 @@ def test_trace_errors_name_file_line_and_column(tmp_path: Path) -> None:
         load_trace(g)
 
 
+def test_trace_rejects_numbers_that_are_not_finite(tmp_path: Path) -> None:
+    # a NaN submit time used to hang the replay (no event ever comes round), a NaN GPU count
+    # raised a bare ValueError, and an infinite runtime reported an infinite JCT
+    f = tmp_path / "t.csv"
+    for row, col in (
+        ("b,nan,10,1", "submit_s"),
+        ("b,5,inf,1", "duration_s"),
+        ("b,5,9,nan", "gpus"),
+    ):
+        f.write_text(f"job_id,submit_s,duration_s,gpus\na,0,10,1\n{row}\n")
+        with pytest.raises(InputError, match=rf"t\.csv: line 3: {col}: not a finite number"):
+            load_trace(f)
+
+
+def test_trace_reads_a_byte_order_mark_and_spaces_in_the_header(tmp_path: Path) -> None:
+    f = tmp_path / "excel.csv"
+    f.write_bytes(b"\xef\xbb\xbfjob_id, submit_s ,duration_s,gpus\r\nx,7,60,2\r\n")
+    assert load_trace(f) == [TraceJob("x", 7.0, 60.0, 2)]
+    f.write_bytes(b"job_id,submit_s,duration_s,gpus\nx,7,60,2\n\xff\xfe,1,1,1\n")
+    with pytest.raises(InputError, match=r"excel\.csv: not UTF-8 text"):
+        load_trace(f)
+
+
+def test_a_job_nothing_can_hold_is_named_before_the_replay() -> None:
+    big = [*TRACE, TraceJob("j4", 200.0, 60.0, 16)]
+    settings = SimSettings(onprem_gpus=8, gpus_per_node=8, boot_s=0.0, billing_min_s=0.0)
+    with pytest.raises(InputError, match="trace job j4 needs 16 GPUs, more than the 8 on-prem"):
+        simulate(big, settings, pol(), CAT, "never")
+    # the flat catalog has 1- and 8-GPU offers: two 8-GPU nodes hold it, so immediate bursts
+    # it, with j2 and j3 (see test_immediate_bursts_whatever_cannot_start)
+    assert simulate(big, settings, pol(), CAT, "immediate").burst_fraction == pytest.approx(0.75)
+    other_model = flat_catalog(Decimal("1"), "H100", [1, 8])
+    with pytest.raises(InputError, match="no on-demand A100 offer in the catalog holds it"):
+        simulate(big, settings, pol(), other_model, "immediate")
+
+
+@pytest.mark.parametrize("estimate", ["exact", "none"])
+def test_a_big_job_a_guardrail_holds_back_is_named_not_asserted(estimate: str) -> None:
+    # 16 GPUs need two cloud nodes, and the policy allows one per pass: the planner blocks it,
+    # and on-prem (8 GPUs) can never start it
+    p = policy_from_mapping(
+        {
+            "onprem": {"gpu_model": "A100", "gpus_per_node": 8},
+            "guardrails": {"max_scale_up_nodes_per_pass": 1},
+        },
+        "test",
+    )
+    settings = SimSettings(
+        onprem_gpus=8,
+        gpus_per_node=8,
+        boot_s=0.0,
+        estimate=estimate,
+        billing_min_s=0.0,  # type: ignore[arg-type]
+    )
+    big = [*TRACE, TraceJob("j4", 200.0, 60.0, 16)]
+    with pytest.raises(
+        InputError, match=r"j4 needs 16 GPUs.*would not burst it \(blocked_pool_max\)"
+    ):
+        simulate(big, settings, p, CAT, "default")
+
+
 def test_cli_simulate_writes_the_documented_json(tmp_path: Path) -> None:
     trace = tmp_path / "trace.csv.gz"
     rows = "job_id,submit_s,duration_s,gpus,gpu_type,user,group,status\n" + "".join(
