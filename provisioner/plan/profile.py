@@ -488,7 +488,10 @@ class OnPremProfile:
             self.adjust(i, placement.start_ts, end_ts, -g)
 
     def retime(self, placement: Placement, old_end: float, new_end: float) -> None:
-        """A reservation ends at new_end instead of old_end (earlier: GPUs free up)."""
+        """A reservation ends at new_end instead of old_end (earlier: GPUs free up). One cut
+        before its start is gone altogether: it gives back only what it held, from its start
+        (freeing from new_end would add GPUs the node never had)."""
+        new_end = max(new_end, placement.start_ts)
         for i, g in zip(placement.nodes, placement.gpus_each, strict=True):
             if new_end < old_end:
                 self.adjust(i, new_end, old_end, g)

@@ -63,6 +63,20 @@ def test_retime_frees_gpus_when_a_job_ends_early() -> None:
     assert prof.earliest(1, 0.0, 10.0) == Placement(200.0, (0,), (1,))
 
 
+def test_a_reservation_cut_before_its_start_gives_back_only_what_it_held() -> None:
+    # A job reserved for [500, 1000) that leaves the queue at 200 (it burst before its start)
+    # frees nothing before 500: the node keeps one job's worth of GPUs at every moment.
+    prof = OnPremProfile.idle(1, 4, 0.0)
+    prof.commit(Placement(0.0, (0,), (4,)), 500.0)
+    later = Placement(500.0, (0,), (4,))
+    prof.commit(later, 1000.0)
+    prof.retime(later, 1000.0, 200.0)
+    assert prof.earliest(1, 0.0, 10.0) == Placement(500.0, (0,), (1,))
+    assert prof.earliest(4, 0.0, 10.0) == Placement(500.0, (0,), (4,))
+    assert max(max(f) for f in prof.free) <= 4
+    assert prof.earliest(5, 0.0, 10.0) is None
+
+
 def test_copy_is_independent() -> None:
     prof = OnPremProfile.idle(1, 4, 0.0)
     twin = prof.copy()
