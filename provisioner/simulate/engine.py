@@ -25,7 +25,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Literal, NoReturn
+from typing import Literal
 
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.errors import InputError, InvalidArgument, NotKnown
@@ -291,18 +291,19 @@ class Simulation:
             if job.gpus in seen:
                 continue
             seen.add(job.gpus)
-            onprem = job.gpus <= self.s.onprem_gpus
-            if self.kind == "never" and not onprem:
-                raise InputError(
-                    f"trace job {job.job_id} needs {job.gpus} GPUs, more than the "
-                    f"{self.s.onprem_gpus} on-prem GPUs: policy never cannot run it"
-                )
-            if not onprem and not self._ranked(job.gpus, False, 3600.0):
-                raise InputError(
-                    f"trace job {job.job_id} needs {job.gpus} GPUs: more than the "
-                    f"{self.s.onprem_gpus} on-prem GPUs, and no on-demand "
-                    f"{self.policy.onprem.gpu_model} offer in the catalog holds it"
-                )
+            if job.gpus <= self.s.onprem_gpus:
+                continue
+            if self.kind == "never":
+                raise self._too_big(job, "policy never cannot run it")
+            if not self._ranked(job.gpus, False, 3600.0):
+                model = self.policy.onprem.gpu_model
+                raise self._too_big(job, f"no on-demand {model} offer in the catalog holds it")
+
+    def _too_big(self, job: TraceJob, why: str) -> InputError:
+        return InputError(
+            f"trace job {job.job_id} needs {job.gpus} GPUs, more than the "
+            f"{self.s.onprem_gpus} on-prem GPUs: {why}"
+        )
 
     # ---- offers ----------------------------------------------------------------------------
 
@@ -507,7 +508,6 @@ class Simulation:
         rest = batch[k:]
         burst: set[int] = set()
         hedged: dict[int, float] = {}
-        reasons: dict[str, ReasonCode] = {}
         if rest and exact:
             self._regret_ahead(rest, now)
         if rest:
@@ -525,8 +525,6 @@ class Simulation:
                 self._burst(idxs, cand, now)
             self._ahead.clear()  # the true cluster changes from here on
             for d in result.decisions:
-                for j in d.job_ids:
-                    reasons.setdefault(j, d.reason)
                 if d.reason is ReasonCode.WAIT_UNCERTAIN_RUNTIME:
                     i = int(d.job_ids[0])
                     hedged[i] = hedge_fraction(snap.jobs[rest.index(i)], self._wp)
@@ -536,8 +534,12 @@ class Simulation:
             if i in burst:
                 continue
             job = self.jobs[i]
-            if job.gpus > self.true.total_gpus:
-                self._unrunnable(i, reasons.get(f"{i:09d}"))
+            if job.gpus > self.s.onprem_gpus:
+                # too big for on-prem, and a guardrail (the per-pass node cap, the global $/h
+                # cap) held it back: in the trace's world it would wait for ever
+                jid = f"{i:09d}"
+                why = next((d.reason.value for d in result.decisions if jid in d.job_ids), "")
+                raise self._too_big(job, f"the planner would not burst it ({why or 'no decision'})")
             if exact:
                 place = self.true.earliest(job.gpus, now, job.duration_s)
                 assert place is not None  # it fits on-prem (above): some time it starts
@@ -551,17 +553,6 @@ class Simulation:
             vend = vplace.start_ts + runtime
             view.commit(vplace, vend)
             self._kept_blind(i, vplace, vend, hedged.get(i, 1.0))
-
-    def _unrunnable(self, i: int, reason: ReasonCode | None) -> NoReturn:
-        """A job too big for on-prem that the planner did not burst either (a guardrail such
-        as the per-pass node cap or the global $/h cap held it): in the trace's world it would
-        wait for ever, which no figure can average."""
-        job = self.jobs[i]
-        why = reason.value if reason is not None else "no decision"
-        raise InputError(
-            f"trace job {job.job_id} needs {job.gpus} GPUs, more than the "
-            f"{self.true.total_gpus} on-prem GPUs, and the planner would not burst it ({why})"
-        )
 
     def _job(self, i: int, told: tuple[float, str, float | None] | None) -> Job:
         tj = self.jobs[i]
