@@ -23,8 +23,12 @@
 #     node's slurmd, playing the cloud VM. HOOK_MODE=autojoin makes the wrappers start slurmd
 #     themselves instead (manual use without the Python package).
 #
-# Must run as root. Everything lives in DIR (default <repo>/.slurm). Re-running is a no-op when
-# the cluster is up and the config unchanged. Writes DIR/env.sh (`export K=V` lines).
+# Must run as root. Everything lives in DIR (default <repo>/.slurm) except munge's state: munged
+# runs as the user `munge`, which cannot enter DIR when the clone sits in a private (0700) folder
+# such as /root or a `mktemp -d` one, so its key, socket, pid, log and seed live in
+# /run/gpu-burst-munge-<hash of DIR> (24.11: that path inside the root, whose own /root is 0700).
+# slurm-down.sh removes it. Re-running is a no-op when the cluster is up and the config
+# unchanged. Writes DIR/env.sh (`export K=V` lines).
 #
 # Tunables (env), defaults sized for fast tests:
 #   N_ONPREM=2 ONPREM_GPUS=4 N_CLOUD=4 CLOUD_GPUS=8 CLOUD_PREFIX=cloud-aws
@@ -82,6 +86,8 @@ alive() { [ -f "$1" ] && kill -0 "$(cat "$1" 2>/dev/null)" 2>/dev/null \
 wait_for() { # wait_for <timeout_s> <cmd...>
   local t=$1; shift; local end=$(( $(date +%s) + t ))
   until "$@" >/dev/null 2>&1; do [ "$(date +%s)" -ge "$end" ] && return 1; sleep 0.2; done; }
+# munge's folder as the daemons see it (slurm-down.sh derives the same name): one per cluster DIR
+MUNGE_RUN=/run/gpu-burst-munge-$(realpath -m "$DIR" | tr -d '\n' | sha1sum | cut -c1-12)
 
 # ---------------------------------------------------------------- 1. packages
 need=()
@@ -103,6 +109,15 @@ if [ ${#need[@]} -gt 0 ]; then
   log "installed in $(secs_since "$t0")s"
 fi
 
+# ---------------------------------------------------------------- 1a. munge's old place
+# A cluster started before munge moved out of DIR: stop it whole (slurm-down.sh also removes
+# DIR/munge), so that no daemon keeps talking to the old socket; it restarts below.
+if [ -d "$DIR/munge" ]; then
+  log "munge moved from $DIR/munge to $MUNGE_RUN: stopping the cluster once"
+  bash "$HERE/slurm-down.sh" "$DIR" | sed 's/^/  /'
+  [ ! -d "$DIR/munge" ] || die "could not retire $DIR/munge (scripts/slurm-down.sh $DIR)"
+fi
+
 # ---------------------------------------------------------------- 1b. the 24.11 root
 SLURM_BIN_DIR=
 if [ "$SLURM_SERIES" = 24.11 ]; then
@@ -118,7 +133,12 @@ if [ "$SLURM_SERIES" = 24.11 ]; then
   # slaves: unmounting them later must never propagate back to the host's /sys and /dev
   mount --make-rslave "$SLURM_ROOT/sys" 2>/dev/null || true
   mount --make-rslave "$SLURM_ROOT/dev" 2>/dev/null || true
-  mnt "$DIR" "$DIR" --bind       # the cluster folder at the same path on both sides
+  # the cluster folder at the same path on both sides; the folders made for its mount point
+  # are noted (deepest first) for slurm-down.sh to remove
+  made=(); d=$SLURM_ROOT$DIR
+  while [ ! -e "$d" ]; do made+=("$d"); d=$(dirname "$d"); done
+  [ ${#made[@]} = 0 ] || printf '%s\n' "${made[@]}" >>"$DIR/root-dirs"
+  mnt "$DIR" "$DIR" --bind
   cp /etc/hosts "$SLURM_ROOT/etc/hosts"   # else every client retries getaddrinfo
   SLURM_BIN_DIR=$DIR/slurm-bin; mkdir -p "$SLURM_BIN_DIR"
   for c in /usr/bin/{squeue,sinfo,scontrol,sbatch,scancel,sacct,srun,salloc,sprio,sshare} \
@@ -133,13 +153,17 @@ if [ "$SLURM_SERIES" = 24.11 ]; then
 else
   INROOT=()
 fi
+M=$MUNGE_RUN; MH=$M   # munge's folder as munged sees it (M), and from the host (MH)
+if [ "$SLURM_SERIES" = 24.11 ]; then MH=$SLURM_ROOT$M; fi
 
 # ---------------------------------------------------------------- 2. layout + key
 mkdir -p "$DIR"/{etc,state/ctld,state/provisioner,log,run,bin,dev,jobs}
-# munge's uid differs between the host and the root: chown inside the root that runs munged
-"${INROOT[@]}" install -d -o munge -g munge -m 0755 "$DIR/munge"   # socket dir must be o+x
-[ -s "$DIR/munge/munge.key" ] || dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
-"${INROOT[@]}" chown munge:munge "$DIR/munge/munge.key"; chmod 0400 "$DIR/munge/munge.key"
+# munge's uid differs between the host and the root: chown inside the root that runs munged.
+# The key only has to match between the daemons of this cluster, which share this one munged:
+# a fresh one after slurm-down.sh removed the folder is fine.
+"${INROOT[@]}" install -d -o munge -g munge -m 0755 "$M"   # socket dir must be o+x
+[ -s "$MH/munge.key" ] || (umask 077; dd if=/dev/urandom of="$MH/munge.key" bs=1024 count=1 status=none)
+"${INROOT[@]}" chown munge:munge "$M/munge.key"; chmod 0400 "$MH/munge.key"
 if [ "$SLURM_SERIES" = 24.11 ]; then   # JWT signing key for `scontrol token` and slurmrestd
   [ -s "$DIR/etc/jwt_hs256.key" ] || dd if=/dev/urandom of="$DIR/etc/jwt_hs256.key" bs=32 count=1 status=none
   chmod 0600 "$DIR/etc/jwt_hs256.key"
@@ -176,7 +200,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$DIR/munge/munge.sock
+AuthInfo=socket=$M/munge.sock
 $AUTH_ALT
 StateSaveLocation=$DIR/state/ctld
 SlurmdSpoolDir=$DIR/state/d-%n
@@ -315,12 +339,11 @@ write_if_changed "$DIR/env.sh" <"$DIR/env.sh.new"; rm -f "$DIR/env.sh.new"
 log "configs in $DIR/etc (changed=$CHANGED, hooks=$HOOK_MODE)"
 
 # ---------------------------------------------------------------- 4. daemons
-M=$DIR/munge
-if ! alive "$M/munged.pid"; then
+if ! alive "$MH/munged.pid"; then
   "${INROOT[@]}" runuser -u munge -- munged --socket="$M/munge.sock" --key-file="$M/munge.key" \
     --pid-file="$M/munged.pid" --log-file="$M/munged.log" --seed-file="$M/munged.seed"
   wait_for 10 bash -c "${INROOT[*]} munge -S '$M/munge.sock' -n | ${INROOT[*]} unmunge -S '$M/munge.sock'" \
-    || die "munged not answering ($M/munged.log)"
+    || die "munged not answering ($MH/munged.log)"
   log "munged started"
 fi
 
