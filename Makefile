@@ -45,11 +45,18 @@ $(FOCUS_STAMP):
 	.venv-focus/bin/pip install -q focus-validator==1.0.0 'multimethod<2'
 	touch $@
 
+# pip's own output (each download, warnings about this machine's package indexes, the build
+# backend's notes) goes to $(VENV)/install.log, so `make run` reaches the demo's banner on the
+# first screen; when the install fails, the log's last lines are shown.
+INSTALL_LOG := $(VENV)/install.log
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[aws,gcp,nvml,pulumi,pg,dev]'
-	touch $@
+	@test -x $(BIN)/python || { echo "creating $(VENV) ($(PY) -m venv)"; $(PY) -m venv $(VENV); }
+	@echo "installing the project and its dependencies into $(VENV) (log: $(INSTALL_LOG))"
+	@{ $(BIN)/pip install --progress-bar off --upgrade pip && \
+	   $(BIN)/pip install --progress-bar off -e '.[aws,gcp,nvml,pulumi,pg,dev]'; } \
+	    >$(INSTALL_LOG) 2>&1 || { tail -n 40 $(INSTALL_LOG); \
+	    echo "pip install failed: the whole log is $(INSTALL_LOG)" >&2; exit 1; }
+	@touch $@
 
 # The main job on the embedded default: no cloud account, no Slurm install needed.
 run: venv
@@ -64,9 +71,17 @@ simulate: venv
 # PostgreSQL; the `ha` tests run two controllers on PostgreSQL.
 PG_DIR ?= $(CURDIR)/.pg
 PG_URL = $$(cat $(PG_DIR)/url)
+# Printed last whether the tests pass or fail (an EXIT trap); make still fails exactly when
+# lint-imports or pytest does.
+LEFT_RUNNING = make test left running: Slurm 22.05 ($(SLURM_DIR:$(CURDIR)/%=%)), Slurm 24.11 \
+    ($(SLURM24_DIR:$(CURDIR)/%=%)), PostgreSQL ($(PG_DIR:$(CURDIR)/%=%)); stop them with: \
+    make slurm-down pg-down
 test: venv focus-venv browser-deps slurm-up pg-up
-	$(BIN)/lint-imports
-	REQUIRE_FOCUS_VALIDATOR=1 REQUIRE_POSTGRES=1 PROVISIONER_TEST_DATABASE_URL=$(PG_URL) \
+	@trap '{ set +x; } 2>/dev/null; echo "$(LEFT_RUNNING)"' EXIT; \
+	trap '{ set +x; } 2>/dev/null; exit 130' INT TERM; \
+	set -ex; \
+	$(BIN)/lint-imports; \
+	env REQUIRE_FOCUS_VALIDATOR=1 REQUIRE_POSTGRES=1 PROVISIONER_TEST_DATABASE_URL=$(PG_URL) \
 	    $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-ha: venv pg-up

@@ -8,14 +8,17 @@ Checks: Slurm reachable (and its version); every pool's partition, its CLOUD nod
 (`<pool>-<n>`) in that partition with the pool's cloud among their features; the power-saving
 hooks; cloud credentials and endpoints (one owned-instances listing per cloud); catalog offers
 for every pool; budgets and caps consistent; the store reachable and migrated; the API port free.
+Doctor writes nothing: the store is only read, and a store that does not exist is not created.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from provisioner.command_runner import CommandRunner, CommandTimeout
@@ -26,6 +29,8 @@ from provisioner.plan.catalog import Catalog
 from provisioner.plan.offers import offers_for
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
     from provisioner.bootstrap import Settings
 
 Verdict = Literal["ok", "warn", "fail", "skip"]
@@ -231,13 +236,23 @@ def budget_checks(policy: Policy) -> list[Check]:
 
 
 def store_check(url: str) -> Check:
+    """The store reachable, and at which migration, read without writing anything: a SQLite
+    file that does not exist yet is not created (`provisioner run` creates and migrates it), and
+    one that exists is opened read-only."""
     from sqlalchemy.engine import make_url
 
     from provisioner.store import make_engine, migrations
 
-    shown = make_url(url).render_as_string(hide_password=True)
+    u = make_url(url)
+    shown = u.render_as_string(hide_password=True)
+    head = migrations.head_revision()
+    db = u.database or ""
+    sqlite_file = u.get_backend_name() == "sqlite" and db not in ("", ":memory:")
+    sqlite_file = sqlite_file and not db.startswith("file:")  # a URI: SQLite's own options
+    if sqlite_file and not Path(db).exists():
+        return _new_sqlite_check(shown, Path(db), head)
     try:
-        engine = make_engine(url)
+        engine = _read_only_sqlite(Path(db)) if sqlite_file else make_engine(url)
         try:
             with engine.connect() as conn:
                 current = migrations.current_revision(conn)
@@ -250,12 +265,54 @@ def store_check(url: str) -> Check:
             f"{shown}: {type(exc).__name__}: {exc}"[:300],
             "check PROVISIONER_STORE_URL and that the database is up",
         )
-    head = migrations.head_revision()
     if current is None:
         return Check("store", "ok", f"{shown}: new, will be migrated to {head}")
     if current != head:
         return Check("store", "ok", f"{shown}: at {current}, will be migrated to {head}")
     return Check("store", "ok", f"{shown}: migrated ({head})")
+
+
+def _new_sqlite_check(shown: str, path: Path, head: str) -> Check:
+    """A SQLite store that does not exist yet: can `provisioner run` create it there?"""
+    folder = path.parent
+    if not folder.is_dir():
+        return Check(
+            "store",
+            "fail",
+            f"{shown}: folder {folder} does not exist",
+            "create the folder, or point PROVISIONER_STORE_URL (--store) elsewhere",
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return Check(
+            "store",
+            "fail",
+            f"{shown}: folder {folder} is not writable: the store cannot be created there",
+            "point PROVISIONER_STORE_URL (--store) at a writable folder",
+        )
+    return Check(
+        "store",
+        "ok",
+        f"{shown}: does not exist yet; `provisioner run` will create it, migrated to {head}",
+    )
+
+
+def _read_only_sqlite(path: Path) -> Engine:
+    """An engine that reads an existing SQLite file and writes nothing. SQLite's `mode=ro`
+    still creates the -wal and -shm files of a WAL database when they are missing, so a file
+    that no one has open (no -wal beside it: its content is all in the file) is opened
+    `immutable`; one in use is opened `mode=ro`, through the -wal and -shm already there."""
+    import sqlite3
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    in_use = all(path.with_name(path.name + ext).exists() for ext in ("-wal", "-shm"))
+    uri = f"{path.resolve().as_uri()}?{'mode=ro' if in_use else 'immutable=1'}"
+    return create_engine(
+        "sqlite://",
+        creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False),
+        poolclass=NullPool,
+    )
 
 
 def port_check(host: str, port: int) -> Check:

@@ -44,9 +44,6 @@ class ApiDeps:
     version: str = "0.1.0"
     title: str = "GPU burst provisioner"
     policy: Policy | Callable[[], Policy] | None = None
-    # Swagger UI at /docs loads its script from a CDN (no integrity check, and it breaks
-    # offline), so it is off unless asked for; /openapi.json is always served.
-    docs: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 

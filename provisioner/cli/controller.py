@@ -30,6 +30,21 @@ StoreOpt = Annotated[
     ),
 ]
 
+# `provisioner demo` keeps its store at DEMO_DATA_DIR / DEMO_STORE_FILE, relative to the folder
+# it runs in (`make run`: the repository root), and recreates it each time it starts
+# (provisioner/demo/runner.py). `token create|list|revoke --demo` open that store.
+DEMO_DATA_DIR = Path(".demo")
+DEMO_STORE_FILE = "provisioner.sqlite"
+
+DemoOpt = Annotated[
+    bool,
+    typer.Option(
+        "--demo",
+        help="Use the running demo's store (.demo/provisioner.sqlite in this folder, where "
+        "`make run` keeps it) instead of --store.",
+    ),
+]
+
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 7 * 86_400.0}
 
 
@@ -44,14 +59,47 @@ def parse_duration(text: str, option: str) -> float:
     return seconds
 
 
-def _open_store(store_url: str | None) -> tuple[Any, str]:
+def demo_store_path() -> Path:
+    """Where `provisioner demo`, run in this folder with its defaults, keeps its store."""
+    return DEMO_DATA_DIR / DEMO_STORE_FILE
+
+
+def _demo_store_url(store_url: str | None) -> str:
+    """`--demo`'s store as a URL; InputError when --store is given too or no demo store exists."""
+    from provisioner.domain.errors import InputError
+
+    if store_url is not None:
+        raise InputError("--demo and --store: give one of them, not both")
+    db = demo_store_path()
+    if not db.is_file():
+        raise InputError(
+            f"--demo: no demo store at {db} in {Path.cwd()}: start the demo first (`make run` "
+            "in this folder) and run this while it runs; the demo recreates its store each "
+            "time it starts, so tokens from an earlier run are gone"
+        )
+    return f"sqlite:///{db}"
+
+
+def _open_store(store_url: str | None, demo: bool = False) -> tuple[Any, str]:
     from sqlalchemy.engine import make_url
 
     from provisioner.bootstrap import load_settings
     from provisioner.store import Store
 
+    if demo:
+        store_url = _demo_store_url(store_url)
     url = load_settings(store_url=store_url).store_url
     return Store(url), make_url(url).render_as_string(hide_password=True)
+
+
+def _demo_hint(demo: bool) -> str:
+    """A pointer to --demo when a demo store sits here but the token went elsewhere."""
+    if demo or not demo_store_path().is_file():
+        return ""
+    return (
+        f" The demo (`make run`) uses {demo_store_path()}: for a token the running demo "
+        "accepts, add --demo."
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -189,7 +237,7 @@ def register(app: typer.Typer) -> None:
         ] = 12.0,
         data_dir: Annotated[
             Path, typer.Option("--data-dir", help="Where the demo's SQLite store goes.")
-        ] = Path(".demo"),
+        ] = DEMO_DATA_DIR,
         verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     ) -> None:
         """The controller end to end with no cloud account and no Slurm: moto as AWS, a FAKE
@@ -228,8 +276,12 @@ def register(app: typer.Typer) -> None:
             typer.Option("--ttl", help="Lifetime, e.g. 3600, 90m, 12h, 30d (default: none)."),
         ] = None,
         store_url: StoreOpt = None,
+        demo: DemoOpt = False,
     ) -> None:
-        """Create a token and print it once (only a salted hash is stored)."""
+        """Create a token and print it once (only a salted hash is stored).
+
+        For the running demo (`make run`), from the same folder:
+        `provisioner token create --role viewer --name me --demo`."""
         from provisioner.api.auth import Role, create_token
         from provisioner.clock import SystemClock
         from provisioner.domain.errors import InputError
@@ -241,7 +293,7 @@ def register(app: typer.Typer) -> None:
         if not name.strip():
             raise InputError("--name: must not be empty")
         ttl_s = parse_duration(ttl, "--ttl") if ttl is not None else None
-        store, url = _open_store(store_url)
+        store, url = _open_store(store_url, demo)
         try:
             try:
                 secret = create_token(
@@ -256,7 +308,8 @@ def register(app: typer.Typer) -> None:
         life = f", valid for {ttl}" if ttl else ""
         typer.echo(
             f"{r.label} token {name.strip()!r}{bound}{life} created in {url}; shown only this "
-            "once. The controller accepts it only if it runs on this same store.",
+            "once. The controller accepts it only if it runs on this same store."
+            + _demo_hint(demo),
             err=True,
         )
 
@@ -265,13 +318,14 @@ def register(app: typer.Typer) -> None:
     def token_revoke(
         token_id: Annotated[str, typer.Argument(help="The token id (pbt_<id>_...), or the token.")],
         store_url: StoreOpt = None,
+        demo: DemoOpt = False,
     ) -> None:
         """Revoke a token: it answers 401 from the next request on."""
         from provisioner.clock import SystemClock
         from provisioner.domain.errors import InputError
 
         tid = token_id.split("_")[1] if token_id.startswith("pbt_") else token_id
-        store, url = _open_store(store_url)
+        store, url = _open_store(store_url, demo)
         try:
             if not store.revoke_token(tid, SystemClock().now().timestamp()):
                 raise InputError(f"token id {tid!r}: no such token in {url}")
@@ -281,12 +335,12 @@ def register(app: typer.Typer) -> None:
 
     @token.command("list")
     @friendly_errors
-    def token_list(store_url: StoreOpt = None) -> None:
+    def token_list(store_url: StoreOpt = None, demo: DemoOpt = False) -> None:
         """List tokens: id, name, role, node, created, expires, revoked (never secrets)."""
         from provisioner.api.render import iso
         from provisioner.clock import SystemClock
 
-        store, _ = _open_store(store_url)
+        store, _ = _open_store(store_url, demo)
         now = SystemClock().now().timestamp()
         try:
             rows = store.tokens()
