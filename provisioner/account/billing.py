@@ -45,11 +45,12 @@ def instance_cost(price_usd_hr: Decimal, run_seconds: float) -> Decimal:
 
 
 def billing_start(inst: CloudInstance) -> float | None:
-    """When the cloud started billing: the first step into a running state, or the launch time
-    when the instance was recorded already running. None: it never ran (nothing to bill)."""
+    """When the cloud started billing: the first step into a running state (at the cloud's own
+    stamp for it, translated and clamped, where it gave one), or the launch time when the
+    instance was recorded already running. None: it never ran (nothing to bill)."""
     for step in inst.history:
         if step.to_state in _BILLABLE:
-            return step.at_ts
+            return step.billed_ts
     if inst.state in _BILLABLE:
         return inst.launched_ts
     return None

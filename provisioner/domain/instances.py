@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from enum import StrEnum
+from itertools import pairwise
 
 from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.offers import OfferKey
@@ -51,6 +52,12 @@ class IllegalTransition(ProvisionerError, ValueError):
     pass
 
 
+class TransitionOutOfOrder(IllegalTransition):
+    """A step dated before the step it follows. The controller's clock never runs backwards for
+    the lifecycle, so this is a backstop that should never fire: a history that runs backwards
+    would bill time before a request and expire leases early."""
+
+
 class InstanceOrigin(StrEnum):
     """How the controller came to hold an instance's record."""
 
@@ -60,15 +67,25 @@ class InstanceOrigin(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Transition:
+    """One lifecycle step. `at_ts`: when the controller saw it, on its own clock (timeouts and
+    leases count from it). `cloud_ts`: the cloud's own stamp for the step where it gave one (a
+    launch, a termination), translated by the measured skew and clamped into what the
+    controller saw: billing starts and ends there."""
+
     from_state: InstanceState | None
     to_state: InstanceState
     at_ts: float
     reason: str
+    cloud_ts: float | None = None
+
+    @property
+    def billed_ts(self) -> float:
+        return self.at_ts if self.cloud_ts is None else self.cloud_ts
 
 
 @dataclass(frozen=True, slots=True)
 class CloudInstance:
-    """A cloud instance this controller owns, with its lifecycle history."""
+    """A cloud instance this controller owns, with its lifecycle history (dated in order)."""
 
     instance_id: str
     pool: str
@@ -87,14 +104,21 @@ class CloudInstance:
     def entered_state_ts(self) -> float:
         return self.history[-1].at_ts if self.history else self.launched_ts
 
-    def transition(self, to: InstanceState, at_ts: float, reason: str) -> CloudInstance:
+    def transition(
+        self, to: InstanceState, at_ts: float, reason: str, *, cloud_ts: float | None = None
+    ) -> CloudInstance:
         if to == self.state:
             return self
         if to not in TRANSITIONS[self.state]:
             raise IllegalTransition(
                 f"instance {self.instance_id}: {self.state} -> {to} is not allowed ({reason})"
             )
-        step = Transition(self.state, to, at_ts, reason)
+        if self.history and at_ts < self.history[-1].at_ts:
+            raise TransitionOutOfOrder(
+                f"instance {self.instance_id}: {self.state} -> {to} dated {at_ts:.3f}, before "
+                f"the step it follows ({self.history[-1].at_ts:.3f}): {reason}"
+            )
+        step = Transition(self.state, to, at_ts, reason, cloud_ts)
         return replace(self, state=to, history=(*self.history, step))
 
     def timed_out(self, now_ts: float, timeouts: dict[InstanceState, float] | None = None) -> bool:
@@ -126,3 +150,13 @@ def join_lease_s(join_timeout_s: float) -> float:
     """The state lease of in-flight instances: a backstop at twice the join timeout, for when
     the join-timeout rule cannot act (no fresh Slurm view)."""
     return 2 * join_timeout_s
+
+
+def check_history(instance_id: str, history: tuple[Transition, ...]) -> None:
+    """Refuse a history whose steps run backwards (TransitionOutOfOrder)."""
+    for prev, step in pairwise(history):
+        if step.at_ts < prev.at_ts:
+            raise TransitionOutOfOrder(
+                f"instance {instance_id}: {step.from_state} -> {step.to_state} dated "
+                f"{step.at_ts:.3f}, before the step it follows ({prev.at_ts:.3f})"
+            )

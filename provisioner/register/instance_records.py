@@ -19,5 +19,11 @@ class InstanceRecords(Protocol):
     def instances(self) -> list[StoredInstance]: ...
 
     def transition(
-        self, instance_id: str, to: InstanceState, at_ts: float, reason: str
+        self,
+        instance_id: str,
+        to: InstanceState,
+        at_ts: float,
+        reason: str,
+        *,
+        cloud_ts: float | None = None,
     ) -> CloudInstance: ...

@@ -9,6 +9,7 @@ Intent first: `record_intent` before a cloud call (with the idempotency token th
 have happened; the loop finds out from the cloud (by tag/token) and confirms or fails each one.
 """
 
+from provisioner.store.clocks import ClockStore
 from provisioner.store.decisions import DecisionStore
 from provisioner.store.engine import DEFAULT_URL, StoreBase, make_engine
 from provisioner.store.instances import InstanceStore
@@ -43,7 +44,8 @@ class Store(
     TokenStore,
     LeaseStore,
     RuntimeHistoryStore,
+    ClockStore,
 ):
     """All reads and writes of the controller's database: one class per concern (policy,
     decisions, intents and instances, telemetry, usage and ledger, tokens, the leader lease,
-    learned runtimes), all on one engine."""
+    learned runtimes, clock marks and cloud skews), all on one engine."""

@@ -17,6 +17,7 @@ from provisioner.domain.instances import (
     InstanceOrigin,
     InstanceState,
     Transition,
+    check_history,
 )
 from provisioner.domain.intents import (
     IntentKind,
@@ -175,6 +176,14 @@ class InstanceStore(StoreBase):
         with self.reading() as s:
             return [_intent(r) for r in s.scalars(q)]
 
+    def first_intent_ts(self, kind: IntentKind | str) -> float | None:
+        """When the oldest intent of `kind` was recorded (None: there is none): nothing of that
+        kind was asked for before it."""
+        q = select(func.min(IntentRow.created_ts)).where(IntentRow.kind == str(kind))
+        with self.reading() as s:
+            value = s.scalar(q)
+            return float(value) if value is not None else None
+
     def failed_intent_counts(self, kind: IntentKind | str = IntentKind.SCALE_UP) -> dict[str, int]:
         q = (
             select(IntentRow.error_code, func.count())
@@ -197,12 +206,19 @@ class InstanceStore(StoreBase):
             return _stored_instance(row)
 
     def transition(
-        self, instance_id: str, to: InstanceState, at_ts: float, reason: str
+        self,
+        instance_id: str,
+        to: InstanceState,
+        at_ts: float,
+        reason: str,
+        *,
+        cloud_ts: float | None = None,
     ) -> CloudInstance:
         """Move an instance along the domain's transition table, recording the step.
-        Raises `IllegalTransition` for a step the table forbids, `NotFound` for no instance."""
+        Raises `IllegalTransition` for a step the table forbids, `TransitionOutOfOrder` for one
+        dated before the step it follows (nothing is written), `NotFound` for no instance."""
         with self.fenced_transaction() as s:
-            return _transition(s, instance_id, to, at_ts, reason)
+            return _transition(s, instance_id, to, at_ts, reason, cloud_ts)
 
     def set_node_name(self, instance_id: str, node_name: str) -> None:
         with self.fenced_transaction() as s:
@@ -314,7 +330,7 @@ def _new_instance_row(inst: CloudInstance, *, team: str, intent_token: str) -> I
         state=str(inst.state),
         launched_ts=inst.launched_ts,
         entered_state_ts=inst.entered_state_ts,
-        ended_ts=inst.entered_state_ts if inst.state.terminal else None,
+        ended_ts=_ended_ts(inst),
         decision_id=inst.decision_id,
         node_name=inst.node_name,
         team=team,
@@ -324,6 +340,7 @@ def _new_instance_row(inst: CloudInstance, *, team: str, intent_token: str) -> I
         origin=str(inst.origin),
     )
     steps = inst.history or (Transition(None, inst.state, inst.launched_ts, "recorded"),)
+    check_history(inst.instance_id, steps)
     row.history = [
         InstanceTransitionRow(
             seq=i,
@@ -331,10 +348,18 @@ def _new_instance_row(inst: CloudInstance, *, team: str, intent_token: str) -> I
             to_state=str(t.to_state),
             at_ts=t.at_ts,
             reason=t.reason,
+            cloud_ts=t.cloud_ts,
         )
         for i, t in enumerate(steps)
     ]
     return row
+
+
+def _ended_ts(inst: CloudInstance) -> float | None:
+    """When a record stored closed ended: its last step, at the cloud's stamp where given."""
+    if not inst.state.terminal:
+        return None
+    return inst.history[-1].billed_ts if inst.history else inst.launched_ts
 
 
 def _cloud_instance(r: InstanceRow) -> CloudInstance:
@@ -344,6 +369,7 @@ def _cloud_instance(r: InstanceRow) -> CloudInstance:
             InstanceState(t.to_state),
             t.at_ts,
             t.reason,
+            t.cloud_ts,
         )
         for t in r.history
     )
@@ -375,7 +401,12 @@ def _stored_instance(r: InstanceRow) -> StoredInstance:
 
 
 def _transition(
-    s: Session, instance_id: str, to: InstanceState, at_ts: float, reason: str
+    s: Session,
+    instance_id: str,
+    to: InstanceState,
+    at_ts: float,
+    reason: str,
+    cloud_ts: float | None = None,
 ) -> CloudInstance:
     row = s.get(
         InstanceRow,
@@ -386,14 +417,15 @@ def _transition(
     if row is None:
         raise NotFound(f"no instance {instance_id!r}")
     current = _cloud_instance(row)
-    moved = current.transition(to, at_ts, reason)  # the domain's table decides
+    # the domain's table decides, and refuses a step dated before the last one
+    moved = current.transition(to, at_ts, reason, cloud_ts=cloud_ts)
     if moved is current:
         return current
+    step = moved.history[-1]
     row.state = str(moved.state)
     row.entered_state_ts = at_ts
     if moved.state.terminal and row.ended_ts is None:
-        row.ended_ts = at_ts
-    step = moved.history[-1]
+        row.ended_ts = step.billed_ts
     row.history.append(
         InstanceTransitionRow(
             seq=len(row.history),
@@ -401,6 +433,7 @@ def _transition(
             to_state=str(step.to_state),
             at_ts=step.at_ts,
             reason=step.reason,
+            cloud_ts=step.cloud_ts,
         )
     )
     return moved

@@ -27,6 +27,7 @@ from provisioner.domain.instances import (
     InstanceOrigin,
     InstanceState,
     Transition,
+    check_history,
 )
 from provisioner.domain.intents import (
     IntentKind,
@@ -544,6 +545,10 @@ class MemoryInstances:
     def pending_intents(self, kind: IntentKind | str | None = None) -> list[Intent]:
         return self.intents(kind=kind, status=IntentStatus.PENDING)
 
+    def first_intent_ts(self, kind: IntentKind | str) -> float | None:
+        times = [r.created_ts for r in self._intents.values() if r.kind == str(kind)]
+        return min(times) if times else None
+
     def intents(
         self,
         *,
@@ -588,9 +593,15 @@ class MemoryInstances:
         return self._stored(rec)
 
     def transition(
-        self, instance_id: str, to: InstanceState, at_ts: float, reason: str
+        self,
+        instance_id: str,
+        to: InstanceState,
+        at_ts: float,
+        reason: str,
+        *,
+        cloud_ts: float | None = None,
     ) -> CloudInstance:
-        rec = _moved(self._instances.get(instance_id), instance_id, to, at_ts, reason)
+        rec = _moved(self._instances.get(instance_id), instance_id, to, at_ts, reason, cloud_ts)
         self._instances[instance_id] = rec
         return rec.instance
 
@@ -683,6 +694,7 @@ def _new_record(inst: CloudInstance, *, team: str, intent_token: str) -> _Instan
     """The instance as the SQL store keeps a new row of it: its history, or one 'recorded'
     step; ended when it is stored in a terminal state."""
     steps = inst.history or (Transition(None, inst.state, inst.launched_ts, "recorded"),)
+    check_history(inst.instance_id, steps)
     offer = inst.offer
     kept = replace(
         inst,
@@ -697,6 +709,7 @@ def _new_record(inst: CloudInstance, *, team: str, intent_token: str) -> _Instan
                 InstanceState(t.to_state),
                 t.at_ts,
                 t.reason,
+                t.cloud_ts,
             )
             for t in steps
         ),
@@ -706,22 +719,27 @@ def _new_record(inst: CloudInstance, *, team: str, intent_token: str) -> _Instan
         instance=kept,
         team=team,
         intent_token=intent_token,
-        ended_ts=inst.entered_state_ts if kept.state.terminal else None,
+        ended_ts=kept.history[-1].billed_ts if kept.state.terminal else None,
     )
 
 
 def _moved(
-    rec: _InstanceRecord | None, instance_id: str, to: InstanceState, at_ts: float, reason: str
+    rec: _InstanceRecord | None,
+    instance_id: str,
+    to: InstanceState,
+    at_ts: float,
+    reason: str,
+    cloud_ts: float | None = None,
 ) -> _InstanceRecord:
     """The record one lifecycle step on (the domain's table decides), or `NotFound`."""
     if rec is None:
         raise NotFound(f"no instance {instance_id!r}")
-    moved = rec.instance.transition(to, at_ts, reason)
+    moved = rec.instance.transition(to, at_ts, reason, cloud_ts=cloud_ts)
     if moved is rec.instance:
         return rec
     ended = rec.ended_ts
     if moved.state.terminal and ended is None:
-        ended = at_ts
+        ended = moved.history[-1].billed_ts
     return replace(rec, instance=moved, ended_ts=ended)
 
 

@@ -192,6 +192,8 @@ class InstanceTransitionRow(Base):
     to_state: Mapped[str] = mapped_column(String(16))
     at_ts: Mapped[float] = mapped_column(Float)
     reason: Mapped[str] = mapped_column(Text, default="")
+    # the cloud's own stamp for the step, translated and clamped (billing starts/ends there)
+    cloud_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     instance: Mapped[InstanceRow] = relationship(back_populates="history")
 

@@ -112,6 +112,10 @@ class IntentLog(Protocol):
         (`created_ts >= since_ts`), at most `limit`."""
         ...
 
+    def first_intent_ts(self, kind: IntentKind | str) -> float | None:
+        """When the oldest intent of `kind` was recorded (None: there is none)."""
+        ...
+
     def failed_intent_counts(self, kind: IntentKind | str = IntentKind.SCALE_UP) -> dict[str, int]:
         """Failed intents of `kind` per error code ('unknown' for none)."""
         ...
@@ -128,10 +132,18 @@ class InstanceRepo(Protocol):
         ...
 
     def transition(
-        self, instance_id: str, to: InstanceState, at_ts: float, reason: str
+        self,
+        instance_id: str,
+        to: InstanceState,
+        at_ts: float,
+        reason: str,
+        *,
+        cloud_ts: float | None = None,
     ) -> CloudInstance:
         """Move an instance along the transition table and record the step (a move to the
-        state it is in changes nothing). `IllegalTransition` for a step the table forbids,
+        state it is in changes nothing). `cloud_ts`: the cloud's own stamp for the step,
+        translated and clamped (billing starts or ends there). `IllegalTransition` for a step
+        the table forbids, `TransitionOutOfOrder` for one dated before the step it follows,
         `NotFound` for an unknown instance."""
         ...
 

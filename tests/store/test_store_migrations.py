@@ -24,6 +24,8 @@ TABLES = {
     "gpu_telemetry",
     "leader_lease",
     "runtime_history",
+    "clock_marks",
+    "cloud_clocks",
 }
 
 
