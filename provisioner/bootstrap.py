@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from provisioner.clock import Clock, SystemClock
+from provisioner.clock import Clock, SteadyClock
 from provisioner.config.models import Policy
 from provisioner.domain.errors import ProvisionerError
 
@@ -327,10 +327,14 @@ def build_controller(
     from provisioner.store import Store
 
     settings = settings or load_settings()
-    clock = clock or SystemClock()
     policy = policy or load_policy(settings.policies)
     catalog = catalog or load_catalog(settings.catalog)
     store = store or Store(settings.store_url)
+    if clock is None:
+        # The controller's own clock: monotonic, carried on from this boot's last mark.
+        steady = SteadyClock()
+        steady.resume(store.clock_mark(steady.boot_id), store.latest_clock_ts())
+        clock = steady
     slurm = slurm if slurm is not None else build_slurm(settings, clock, policy)
     clouds = clouds if clouds is not None else build_clouds(settings, policy)
     config = config or LoopConfig(

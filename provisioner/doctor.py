@@ -6,7 +6,9 @@ unused and billed until the unbound timeout).
 
 Checks: Slurm reachable (and its version); every pool's partition, its CLOUD nodes
 (`<pool>-<n>`) in that partition with the pool's cloud among their features; the power-saving
-hooks; cloud credentials and endpoints (one owned-instances listing per cloud); catalog offers
+hooks; cloud credentials and endpoints (one owned-instances listing per cloud), and each cloud's
+clock against this host's, from the `Date` headers of those answers (warn past a minute); catalog
+offers
 for every pool; budgets and caps consistent; the store reachable and migrated; the API port free.
 Doctor writes nothing: the store is only read, and a store that does not exist is not created.
 """
@@ -21,8 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from provisioner.act.actuator import CloudPorts
+from provisioner.act.clock_probe import SkewProbe, watch_clouds
+from provisioner.clock import Clock, SystemClock
 from provisioner.command_runner import CommandRunner, CommandTimeout
 from provisioner.config.models import Policy, PoolPolicy
+from provisioner.domain.cloud_clock import WARN_SKEW_S, SkewTracker
 from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.offers import CapacityType
 from provisioner.plan.catalog import Catalog
@@ -354,14 +360,43 @@ def cloud_checks(
     return out
 
 
+def skew_checks(tracker: SkewTracker, probes: Mapping[str, SkewProbe]) -> list[Check]:
+    """Each cloud's clock against this host's, measured from the answers doctor just got."""
+    out: list[Check] = []
+    for cloud, probe in sorted(probes.items()):
+        e = tracker.estimate(cloud, probe.account)
+        name = f"cloud {cloud} clock"
+        if e is None:
+            out.append(Check(name, "skip", "no answer carried a Date header"))
+            continue
+        text = (
+            f"account {e.account}: {e.skew_s:+.1f} s (+/- {e.uncertainty_s:.1f} s) off this "
+            f"host's clock, from {e.samples} answer(s)"
+        )
+        if e.warning:
+            out.append(
+                Check(
+                    name,
+                    "warn",
+                    text,
+                    f"more than {WARN_SKEW_S:g} s: check NTP on this host; the controller "
+                    "translates the cloud's stamps by the skew and clamps them into what it saw",
+                )
+            )
+        else:
+            out.append(Check(name, "ok", text))
+    return out
+
+
 def run_doctor(
     settings: Settings,
     policy: Policy,
     catalog: Catalog,
     *,
     runner: CommandRunner | None = None,
-    clouds: Mapping[str, object] | None = None,
+    clouds: Mapping[str, CloudPorts] | None = None,
     check_port: bool = True,
+    clock: Clock | None = None,
 ) -> list[Check]:
     """Every check, in order. Builds its own Slurm runner and cloud ports unless given."""
     from provisioner.bootstrap import build_clouds
@@ -381,10 +416,15 @@ def run_doctor(
         checks.append(Check("clouds", "fail", f"{type(exc).__name__}: {exc}"[:300]))
         ports = {}
 
+    tracker = SkewTracker()
+    now = clock or SystemClock()
+    probes = watch_clouds(ports, tracker, lambda: now.now().timestamp())
+
     def owned(p: object) -> int:
         return len(p.capacity.list_owned(policy.controller))  # type: ignore[attr-defined]
 
     checks += cloud_checks(policy.controller, ports, owned)
+    checks += skew_checks(tracker, probes)
     checks += catalog_checks(policy, catalog)
     checks += budget_checks(policy)
     checks.append(store_check(settings.store_url))

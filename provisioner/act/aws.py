@@ -20,6 +20,7 @@ from tenacity import Retrying
 from provisioner.act.ports import (
     TAG_CONTROLLER,
     TAG_SHAPE,
+    ClockProbe,
     CloudState,
     GroupStatus,
     OwnedInstance,
@@ -190,6 +191,18 @@ class AwsClients:
         self._session = session
         self._timeouts = (connect_timeout_s, read_timeout_s)
         self._cache: dict[tuple[str, str], Any] = {}
+        self._probe: ClockProbe | None = None
+
+    @property
+    def account(self) -> str:
+        """The cloud account the skew is kept under: the session's profile."""
+        return str(getattr(self._session, "profile_name", None) or "default")
+
+    def watch_clock(self, probe: ClockProbe) -> None:
+        """Report every answer's `Date` header to `probe` (clients made before and after)."""
+        self._probe = probe
+        for client in self._cache.values():
+            _watch(client, probe)
 
     def client(self, service: str, region: str) -> Any:
         key = (service, region)
@@ -208,6 +221,8 @@ class AwsClients:
             if self.endpoint_url:
                 kwargs["endpoint_url"] = self.endpoint_url
             self._cache[key] = session.client(service, **kwargs)
+            if self._probe is not None:
+                _watch(self._cache[key], self._probe)
         return self._cache[key]
 
     def ec2(self, region: str) -> Any:
@@ -382,6 +397,13 @@ class AwsCapacity(_AwsBase):
         super().__init__(clients, retrying)
         self.regions = tuple(regions)
 
+    @property
+    def account(self) -> str:
+        return self.clients.account
+
+    def watch_clock(self, probe: ClockProbe) -> None:
+        self.clients.watch_clock(probe)
+
     def list_owned(self, controller: str) -> Sequence[OwnedInstance]:
         out: list[OwnedInstance] = []
         for region in self.regions:
@@ -519,20 +541,48 @@ class AwsCapacity(_AwsBase):
                        DesiredCapacity=len(members), HonorCooldown=False)  # fmt: skip
 
 
+_SENT = "gpu_burst_clock_sent"
+
+
+def _watch(client: Any, probe: ClockProbe) -> None:
+    """Hook a boto3 client: the controller's clock before each call, the answer's `Date` header
+    after it (botocore emits after-call for error answers too)."""
+
+    def before(context: dict[str, Any], **_: Any) -> None:
+        context[_SENT] = probe.now()
+
+    def after(http_response: Any, context: dict[str, Any], **_: Any) -> None:
+        sent = context.get(_SENT)
+        headers = getattr(http_response, "headers", None) or {}
+        if sent is not None:
+            probe.answered(str(headers.get("Date") or headers.get("date") or ""), sent, probe.now())
+
+    client.meta.events.register("before-call", before)
+    client.meta.events.register("after-call", after)
+
+
 def _owned(inst: dict[str, Any], region: str) -> OwnedInstance:
     tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
     launch = inst.get("LaunchTime")
+    iid = inst["InstanceId"]
+    launched: float | None = None
+    problem = ""
+    if isinstance(launch, datetime):
+        launched = (launch if launch.tzinfo else launch.replace(tzinfo=UTC)).timestamp()
+    else:
+        problem = f"aws instance {iid}: LaunchTime {launch!r} is not a time"
     return OwnedInstance(
-        instance_id=inst["InstanceId"],
+        instance_id=iid,
         cloud="aws",
         region=region,
         zone=inst.get("Placement", {}).get("AvailabilityZone", ""),
         instance_type=inst.get("InstanceType", ""),
         state=_EC2_STATES.get(inst.get("State", {}).get("Name", ""), CloudState.PENDING),
-        launched_ts=launch.timestamp() if launch is not None else 0.0,
+        launched_ts=launched,
         group=tags.get(ASG_NAME_TAG, ""),
         tags=tags,
         ended_ts=_ended_ts(str(inst.get("StateTransitionReason") or "")),
+        stamp_error=problem,
     )
 
 

@@ -17,13 +17,14 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from tenacity import Retrying
 
 from provisioner.act.ports import (
     TAG_CONTROLLER,
+    ClockProbe,
     CloudState,
     GroupStatus,
     OwnedInstance,
@@ -175,6 +176,13 @@ class GcpClients:
         self.credentials = credentials
         self.max_waits = max_waits  # each `wait` blocks up to ~2 minutes on GCE
         self._cache: dict[str, Any] = {}
+        self._probe: ClockProbe | None = None
+
+    def watch_clock(self, probe: ClockProbe) -> None:
+        """Report every answer's `Date` header to `probe` (clients made before and after)."""
+        self._probe = probe
+        for client in self._cache.values():
+            _watch(client, probe)
 
     def _make(self, name: str) -> Any:
         if name not in self._cache:
@@ -187,6 +195,8 @@ class GcpClients:
             if self.endpoint:
                 kwargs["client_options"] = ClientOptions(api_endpoint=self.endpoint)
             self._cache[name] = getattr(compute_v1, name)(**kwargs)
+            if self._probe is not None:
+                _watch(self._cache[name], self._probe)
         return self._cache[name]
 
     def templates(self) -> Any:
@@ -348,6 +358,14 @@ class GcpCapacity(_GcpBase):
 
     cloud = "gcp"
 
+    @property
+    def account(self) -> str:
+        """The cloud account the skew is kept under: the project."""
+        return self.clients.project
+
+    def watch_clock(self, probe: ClockProbe) -> None:
+        self.clients.watch_clock(probe)
+
     def list_owned(self, controller: str) -> Sequence[OwnedInstance]:
         from google.cloud import compute_v1
 
@@ -440,15 +458,52 @@ class GcpCapacity(_GcpBase):
             log.info("instance %s already gone", instance.instance_id)
 
 
+def _watch(client: Any, probe: ClockProbe) -> None:
+    """Hook a REST client's HTTP session: each answer's `Date` header, with the controller's
+    clock when it arrived and that less the request's round trip (requests' `elapsed`, on a
+    monotonic clock). The session is the transport's own (`_session`): a client without one
+    reports nothing, and the skew is then measured from launch stamps alone."""
+    session = getattr(getattr(client, "_transport", None), "_session", None)
+    hooks = getattr(session, "hooks", None)
+    if not isinstance(hooks, dict):
+        log.warning("gcp client %s: no HTTP session to read Date headers from", type(client))
+        return
+
+    def answered(response: Any, *_: Any, **__: Any) -> Any:
+        received = probe.now()
+        elapsed = getattr(response, "elapsed", None)
+        spent = elapsed.total_seconds() if elapsed is not None else 0.0
+        probe.answered(str(response.headers.get("Date") or ""), received - spent, received)
+        return response
+
+    hooks.setdefault("response", []).append(answered)
+
+
+def _stamp(inst: Any, field: str) -> tuple[float | None, str]:
+    """An RFC 3339 stamp of the instance (GCE answers them as text), or why it has none."""
+    raw = getattr(inst, field, "") or ""
+    if not raw:
+        return None, ""
+    try:
+        when = datetime.fromisoformat(str(raw))
+    except ValueError:
+        return None, f"gcp instance {inst.name}: {field} {raw!r} is not an RFC 3339 time"
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp(), ""
+
+
 def _owned(inst: Any, zone: str) -> OwnedInstance:
     labels = dict(inst.labels)
     meta = {i.key: i.value for i in inst.metadata.items} if inst.metadata else {}
     created_by = meta.get("created-by", "")
     group = gcp_zone_name(created_by) if "/instanceGroupManagers/" in created_by else ""
-    try:
-        launched = datetime.fromisoformat(inst.creation_timestamp).timestamp()
-    except ValueError:
-        launched = 0.0
+    # GCE bills a VM from when it is RUNNING (lastStartTimestamp), not from its creation; an
+    # answer without that stamp falls back to creationTimestamp (earlier: billed no less).
+    launched, problem = _stamp(inst, "last_start_timestamp")
+    if launched is None:
+        launched, created_problem = _stamp(inst, "creation_timestamp")
+        problem = problem or created_problem
+        if launched is None and not problem:
+            problem = f"gcp instance {inst.name}: no creationTimestamp"
     return OwnedInstance(
         instance_id=inst.name,
         cloud="gcp",
@@ -459,4 +514,5 @@ def _owned(inst: Any, zone: str) -> OwnedInstance:
         launched_ts=launched,
         group=group,
         tags=labels,
+        stamp_error=problem if launched is None else "",
     )

@@ -179,10 +179,14 @@ class OwnedInstance:
     zone: str
     instance_type: str
     state: CloudState
-    launched_ts: float
+    # The cloud's own stamps, on the cloud's clock (evidence: the controller translates them by
+    # the measured skew and clamps them into what it saw). None: the cloud gave none it could
+    # read (`stamp_error` names the instance and the field).
+    launched_ts: float | None
     group: str = ""  # the node group it belongs to ("" for a stray instance)
     tags: Mapping[str, str] = field(default_factory=dict)
     ended_ts: float | None = None  # when the cloud terminated it, where it says
+    stamp_error: str = ""
 
     @property
     def controller(self) -> str:
@@ -215,6 +219,17 @@ class PoolDriver(Protocol):
     def ensure(self, spec: PoolSpec) -> None: ...
 
     def delete(self, spec: PoolSpec) -> None: ...
+
+
+class ClockProbe(Protocol):
+    """Where a cloud adapter reports its answers' HTTP `Date` headers, with the controller's
+    clock around each call: the evidence the cloud's skew is measured from."""
+
+    def now(self) -> float:
+        """The controller's clock (a call's send and receive times)."""
+        ...
+
+    def answered(self, date_header: str, sent_ts: float, received_ts: float) -> None: ...
 
 
 class CloudCapacity(Protocol):

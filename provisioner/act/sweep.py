@@ -1,7 +1,9 @@
 """Orphan sweep: a pure comparison of what the cloud holds (by our tags) with the store's records.
 
-* An instance with our controller tag and no record, older than the grace period, is an orphan:
-  terminate it (a crash between the cloud call and the store write, or a hand-made instance).
+* An instance with our controller tag and no record, listed for longer than the grace period, is
+  an orphan: terminate it (a crash between the cloud call and the store write, or a hand-made
+  instance). The grace counts from when this controller first saw it listed (`first_seen`), on
+  its own clock: a cloud's launch stamp is on the cloud's clock, and may be off by minutes.
 * An instance whose record is closed (terminated/failed), or whose record has outlived its state's
   timeout (its lease), is terminated after the grace period; never on lease expiry while Slurm
   shows its node running a job (`busy_nodes`): a job outlives any lease, it is never killed.
@@ -57,7 +59,9 @@ def plan_sweep(
     timeouts: Mapping[InstanceState, float] | None = None,
     listing_complete: bool = True,
     busy_nodes: frozenset[str] = frozenset(),
+    first_seen: Mapping[str, float] | None = None,
 ) -> SweepPlan:
+    seen = first_seen or {}
     by_id = {r.instance_id: r for r in records if r.instance_id}
     terminate: list[SweepTerminate] = []
     present: set[str] = set()
@@ -71,7 +75,7 @@ def plan_sweep(
             continue
         rec = by_id.get(inst.instance_id)
         if rec is None:
-            if now_ts - inst.launched_ts >= grace_s:
+            if now_ts - seen.get(inst.instance_id, now_ts) >= grace_s:
                 terminate.append(SweepTerminate(inst, SweepReason.ORPHAN))
         elif rec.state.terminal:
             if now_ts - rec.entered_state_ts >= grace_s:

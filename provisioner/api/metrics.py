@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from provisioner.account.budgets import budget_status
+from provisioner.domain.cloud_clock import WARN_SKEW_S
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.store import Store
@@ -75,6 +76,24 @@ class ProvisionerCollector(Collector):
             "$/h of every cloud instance requested or alive.",
             value=float(self.store.cloud_usd_per_hour()),
         )
+
+        skews = self.store.cloud_skews()
+        skew = GaugeMetricFamily(
+            "provisioner_cloud_clock_skew_seconds",
+            "A cloud account's clock minus the controller's, as last measured (its stamps are "
+            "translated by it).",
+            labels=["cloud", "account"],
+        )
+        over = GaugeMetricFamily(
+            "provisioner_cloud_clock_skew_warning",
+            f"1 when a cloud account's clock is more than {WARN_SKEW_S:g} s off the controller's.",
+            labels=["cloud", "account"],
+        )
+        for e in skews:
+            skew.add_metric([e.cloud, e.account], e.skew_s)
+            over.add_metric([e.cloud, e.account], 1 if e.warning else 0)
+        yield skew
+        yield over
 
         status = budget_status(self.store, self.now_ts())
         used = GaugeMetricFamily(

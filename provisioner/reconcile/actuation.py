@@ -25,6 +25,7 @@ from provisioner.reconcile.context import STEP_SCALE_UP_BEFORE_REGISTER, PassCon
 from provisioner.reconcile.sync import (
     TERMINABLE,
     Adopt,
+    CloudStamps,
     Kill,
     SyncPlan,
     owned_from_record,
@@ -86,7 +87,7 @@ class PassActuation:
             log.info("bound %s to slurm node %s", b.instance_id, b.node)
         for m in sp.moves:
             try:
-                self.store.transition(m.instance_id, m.to, now, m.reason)
+                self.store.transition(m.instance_id, m.to, now, m.reason, cloud_ts=m.cloud_ts)
             except FencedOut:
                 raise  # no longer the leader: the loop stops the pass, nothing more is tried
             except (ValueError, ProvisionerError, LookupError) as exc:
@@ -210,14 +211,30 @@ class PassActuation:
 
     def _adopt_launched(self, res: ScaleUpResult, now: float, report: PassReport) -> None:
         """Record the instances a scale-up launched now, from the cloud's listing, so the
-        rest of the pass (and a crash right after) sees them."""
+        rest of the pass (and a crash right after) sees them. Their launch stamps are evidence
+        of the cloud's clock: launched after this pass began, before this listing."""
         if res.ports is None:
             return
         listed = res.ports.capacity.list_owned(self.controller)
+        received = self.ctx.clock_now()
         recent = self.store.intents(
             kind=IntentKind.SCALE_UP, since_ts=now - self.config.intent_window_s
         )
+        stamps = CloudStamps(self.ctx.skews.skew_by_cloud())
         adopt = plan_adoptions(
-            listed, self.ctx.records(now), recent, controller=self.controller, now_ts=now
+            listed,
+            self.ctx.records(now),
+            recent,
+            controller=self.controller,
+            now_ts=now,
+            stamps=stamps,
+            first_request_ts=self.store.first_intent_ts(IntentKind.SCALE_UP),
         )
+        adopted = {a.instance.instance_id for a in adopt}
+        for o in listed:
+            probe = self.ctx.probes.get(o.cloud)
+            if probe is not None and o.instance_id in adopted:
+                probe.launched(o.launched_ts, now, received)
+        for w in stamps.warnings:
+            log.warning("%s", w)
         self._adopt(adopt, now, report, say=False)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from provisioner.act.actuator import CloudPorts
+from provisioner.act.clock_probe import SkewProbe, watch_clouds
 from provisioner.act.cloud_actuator import (
     STEP_SCALE_UP_AFTER_CLOUD,
     STEP_SCALE_UP_AFTER_INTENT,
@@ -25,6 +26,7 @@ from provisioner.act.ports import PoolSpec
 from provisioner.act.specs import NodeImages, UserDataFn
 from provisioner.clock import Clock
 from provisioner.config.models import Policy, PoolPolicy
+from provisioner.domain.cloud_clock import SkewTracker
 from provisioner.domain.offers import Offer, OfferKey
 from provisioner.domain.records import StoredInstance
 from provisioner.observe.slurm.observer import SlurmObserver
@@ -95,6 +97,8 @@ class ReconcilerDeps:
     power_queue: PowerRequestQueue | None = None
     hook: Hook | None = None
     config: LoopConfig = field(default_factory=LoopConfig)
+    # the clouds' measured skew, fed by the adapters' answers (a fresh one unless shared)
+    skews: SkewTracker = field(default_factory=SkewTracker)
 
 
 @dataclass
@@ -113,13 +117,19 @@ class PassReport:
     ledger_rows: int = 0
     ledger_usd: Decimal = Decimal(0)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. a cloud stamp far off (clamped)
     seconds: float = 0.0
     sweep_held: str = ""  # the orphan sweep's safety valve holds, and why
 
 
 class PassContext:
     """The deps plus the lookups several steps need: the clock, the crash hook, pools, offers,
-    pool specs and the instance records in view."""
+    pool specs and the instance records in view.
+
+    `now()` is the lifecycle's clock: the injected clock, held at the latest stamp any
+    controller wrote to the store (`hold_at_least`) and at its own last answer, so a clock
+    stepped back (NTP, another controller's host) never dates a step before the one it
+    follows. The clouds' adapters report their answers to `probes` (the skew)."""
 
     def __init__(self, deps: ReconcilerDeps) -> None:
         self.deps = deps
@@ -135,9 +145,20 @@ class PassContext:
             user_data=deps.user_data,
             project=deps.gcp_project,
         )
+        self._floor = 0.0
+        self.skews = deps.skews
+        self.probes: dict[str, SkewProbe] = watch_clouds(deps.clouds, deps.skews, self.clock_now)
+
+    def clock_now(self) -> float:
+        """The injected clock as it reads now (a cloud call's send and receive times)."""
+        return self.deps.clock.now().timestamp()
 
     def now(self) -> float:
-        return self.deps.clock.now().timestamp()
+        self._floor = max(self._floor, self.clock_now())
+        return self._floor
+
+    def hold_at_least(self, ts: float) -> None:
+        self._floor = max(self._floor, ts)
 
     def hook(self, step: str) -> None:
         if self.deps.hook is not None:

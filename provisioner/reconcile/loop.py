@@ -38,6 +38,8 @@ from typing import Any
 from provisioner.account.ledger import Accountant
 from provisioner.act.backoff_feed import BackoffSettings
 from provisioner.act.cloud_actuator import CloudActuator
+from provisioner.act.ports import OwnedInstance
+from provisioner.clock import ClockMark, SteadyClock
 from provisioner.domain.instances import DEFAULT_STATE_TIMEOUTS_S, InstanceState, join_lease_s
 from provisioner.domain.intents import IntentKind
 from provisioner.domain.plan import Decision, Plan, ReasonCode
@@ -137,6 +139,8 @@ class Reconciler:
         # metrics show it instead of the last good pass's empty error list.
         self.failed_passes = 0
         self.last_failure: tuple[float, str] | None = None
+        self._first_seen: dict[str, float] = {}
+        self._skew_warned: set[tuple[str, str]] = set()
         now = self.ctx.now()
         self.store.sync_pools(self.policy.pools, now)
         self.store.sync_budgets(self.policy.budgets, now)
@@ -194,6 +198,9 @@ class Reconciler:
 
     def _run_pass(self) -> PassReport:
         t0 = time.monotonic()
+        # never date a step before the latest stamp any controller wrote (a standby that took
+        # over from a host whose clock ran ahead)
+        self.ctx.hold_at_least(self.store.latest_clock_ts())
         now = self.ctx.now()
         report = PassReport(now_ts=now)
         recover_intents(self.ctx, self.cloud, now, report)
@@ -201,6 +208,7 @@ class Reconciler:
         report.stale = snap.stale
         owned, complete = list_owned(self.deps.clouds, self.controller, report)
         listed = {o.instance_id: o for o in owned}
+        self._see(owned, complete, now)
         records = self.ctx.records(now)
         intents = self.store.intents(
             kind=IntentKind.SCALE_UP, since_ts=now - self.config.intent_window_s
@@ -224,8 +232,14 @@ class Reconciler:
                 max_disagreements=self.config.sweep_max_disagreements,
                 sweep_approved=operator.sweep_approved,
                 closed_window_s=self.config.terminal_window_s,
+                skew_s=self.ctx.skews.skew_by_cloud(),
+                first_seen=self._first_seen,
+                first_request_ts=self.store.first_intent_ts(IntentKind.SCALE_UP),
             )
         )
+        for w in splan.warnings:
+            log.warning("%s", w)
+        report.warnings.extend(splan.warnings)
         self._sweep_valve(splan.sweep_hold, operator.sweep_hold_reason, now, report)
         self.actuation.apply_sync(splan, now, snap, report)
         if splan.kills:
@@ -244,12 +258,48 @@ class Reconciler:
         report.errors.extend(self.nodes.sync(now))
         self.accounting.run(view, now, report)
         self.runtimes.learn(self.accounting.closed, now)
+        self._keep_clocks(now)
         self.last_snapshot = view
         self.last_plan = plan
         self.passes += 1
         report.seconds = time.monotonic() - t0
         self.last_report = report
         return report
+
+    def _see(self, owned: list[OwnedInstance], complete: bool, now: float) -> None:
+        """When this controller first saw each listed instance (the orphan grace counts from
+        it, on its own clock). A restart forgets: the grace then starts again, never shorter."""
+        for o in owned:
+            self._first_seen.setdefault(o.instance_id, now)
+        if complete:
+            listed = {o.instance_id for o in owned}
+            for iid in [i for i in self._first_seen if i not in listed]:
+                del self._first_seen[iid]
+
+    def _keep_clocks(self, now: float) -> None:
+        """Store where the clock stands (a restart on this boot carries on from it; the
+        highest mark is every controller's floor) and the clouds' skew; warn of a skew past
+        a minute once, when it appears."""
+        clock = self.deps.clock
+        if isinstance(clock, SteadyClock):
+            m = clock.mark()
+            mark = ClockMark(m.boot_id, m.mono_s, max(m.ts, now))
+        else:
+            mark = ClockMark("", 0.0, now)
+        self.store.save_clock_mark(mark)
+        estimates = self.ctx.skews.estimates()
+        self.store.save_cloud_skews(estimates)
+        for e in estimates:
+            key = (e.cloud, e.account)
+            if e.warning and key not in self._skew_warned:
+                log.warning(
+                    "%s account %s: its clock is %+.1f s (+/- %.1f s) off the controller's; "
+                    "its stamps are translated by that and clamped into what the controller saw",
+                    e.cloud, e.account, e.skew_s, e.uncertainty_s,
+                )  # fmt: skip
+                self._skew_warned.add(key)
+            elif not e.warning:
+                self._skew_warned.discard(key)
 
     def _sweep_valve(self, hold: str, held_before: str, now: float, report: PassReport) -> None:
         """Record the safety valve's state for the API and metrics; say it in the log."""

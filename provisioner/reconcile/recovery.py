@@ -74,7 +74,7 @@ def _recover_terminate(ctx: PassContext, cloud: CloudActuator, it: Intent, now: 
         zone=p.zone,
         instance_type=p.instance_type,
         state=CloudState.RUNNING,
-        launched_ts=0.0,
+        launched_ts=None,
         group=p.group,
     )
     ports = ctx.deps.clouds.get(owned.cloud)

@@ -47,6 +47,13 @@ controller powered up), so instances are bound to the node Slurm resumes, not th
 
 A stale snapshot: nothing driven by Slurm node states, no sweep, no node changes; only what the
 clouds alone say (adoption, allocated, terminated) is applied.
+
+Time (promise 5): every step is dated when the controller saw it, on its own clock; timeouts,
+leases and the orphan grace count from there. A cloud's stamps (launch, termination) are on the
+cloud's clock: they are translated by the cloud's measured skew and clamped into what the
+controller saw (`provisioner.domain.cloud_clock.evidence_ts`), and kept beside the step as the
+times billing starts and ends (`Transition.cloud_ts`). A stamp far outside (more than a minute)
+is named in a warning.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ from provisioner.act.ports import (
     OwnedInstance,
 )
 from provisioner.act.sweep import SweepReason, plan_sweep
+from provisioner.domain.cloud_clock import WARN_SKEW_S, Evidence, evidence_ts
 from provisioner.domain.instances import (
     CloudInstance,
     InstanceOrigin,
@@ -103,6 +111,7 @@ class Move:
     instance_id: str
     to: InstanceState
     reason: str
+    cloud_ts: float | None = None  # the cloud's stamp for the step, translated and clamped
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +144,7 @@ class SyncPlan:
     nodes: tuple[NodeFix, ...] = ()
     orphans: tuple[CloudInstance, ...] = ()  # records to create, rebuilt from cloud tags
     sweep_hold: str = ""  # the safety valve holds the sweep, and why
+    warnings: tuple[str, ...] = ()  # cloud stamps far outside what the controller saw
 
     @property
     def empty(self) -> bool:
@@ -162,6 +172,36 @@ class SyncInput:
     max_disagreements: int = 5
     sweep_approved: bool = False
     closed_window_s: float = 86_400.0  # closed records the store passes in (see `records`)
+    # cloud -> its measured skew (the cloud's clock minus the controller's), seconds
+    skew_s: Mapping[str, float] = field(default_factory=dict)
+    # instance id -> when the controller first saw it listed (the orphan grace counts from it)
+    first_seen: Mapping[str, float] = field(default_factory=dict)
+    # the earliest scale-up intent the store holds: nothing was requested before it (the floor
+    # of an orphan's launch stamp when its own intent is not in view)
+    first_request_ts: float | None = None
+
+
+class CloudStamps:
+    """Cloud stamps turned into evidence, with a warning for each far outside."""
+
+    def __init__(self, skew_s: Mapping[str, float]) -> None:
+        self.skew_s = skew_s
+        self.warnings: list[str] = []
+
+    def __call__(
+        self, o: OwnedInstance, cloud_ts: float | None, lo: float, hi: float, what: str
+    ) -> Evidence:
+        skew = self.skew_s.get(o.cloud, 0.0)
+        ev = evidence_ts(cloud_ts, skew, lo, hi)
+        if abs(ev.off_s) > WARN_SKEW_S:
+            when = "in the future" if ev.off_s > 0 else "before it was requested"
+            self.warnings.append(
+                f"{o.cloud} instance {o.instance_id}: its {what} stamp lies {abs(ev.off_s):.0f} s "
+                f"{when} (measured skew {skew:+.1f} s): billed from what the controller saw"
+            )
+        if o.stamp_error:
+            self.warnings.append(f"{o.stamp_error}: billed from what the controller saw")
+        return ev
 
 
 def group_of(o: OwnedInstance) -> str:
@@ -182,10 +222,13 @@ def plan_adoptions(
     *,
     controller: str,
     now_ts: float,
+    stamps: CloudStamps | None = None,
+    first_request_ts: float | None = None,
 ) -> tuple[Adopt, ...]:
     """Match tagged instances the store does not know to the scale-up intents that launched
     them: same node group, the intent has room left, the decision tag preferred (moto lets the
     launch template's tag win over the group's, so the tag alone cannot be trusted)."""
+    stamps = stamps or CloudStamps({})
     known = {r.instance.instance_id for r in records}
     used: dict[str, int] = {}
     for r in records:
@@ -207,7 +250,7 @@ def plan_adoptions(
             and o.instance_id not in known
             and o.state in (CloudState.PENDING, CloudState.RUNNING)
         ),
-        key=lambda o: (o.launched_ts, o.instance_id),
+        key=lambda o: (o.launched_ts or 0.0, o.instance_id),
     )
     for o in fresh:
         cands = [
@@ -220,25 +263,35 @@ def plan_adoptions(
         tag = o.tags.get(TAG_DECISION, "")
         it = next((c for c in cands if c.decision_id == tag), cands[0])
         used[it.token] = used.get(it.token, 0) + 1
-        out.append(Adopt(it.token, _adopted(o, it, now_ts)))
+        # A replacement the group launched on its own for an interrupted member was asked for
+        # by an earlier request (the one that sized the group), not by the intent adopting
+        # it: the floor is the first request in view, or the store's first scale-up.
+        asked = min(c.created_ts for c in by_group[group_of(o)])
+        if first_request_ts is not None:
+            asked = min(asked, first_request_ts)
+        launch = stamps(o, o.launched_ts, asked, now_ts, "launch")
+        out.append(Adopt(it.token, _adopted(o, it, now_ts, launch)))
     return tuple(out)
 
 
-def _adopted(o: OwnedInstance, it: Intent, now_ts: float) -> CloudInstance:
+def _adopted(o: OwnedInstance, it: Intent, now_ts: float, launch: Evidence) -> CloudInstance:
     running = o.state is CloudState.RUNNING
-    # Billing starts at the cloud's own launch time: a crash between the launch and this
-    # adoption must not lose the time in between (the soak found a tick missing). That holds
-    # for a machine launched before the intent too: a group's replacement of an interrupted
-    # one, adopted by a later intent, has run (and been billed) since its launch. Without a
-    # launch time, a pending intent (left by a crashed pass) starts at the intent,
-    # over-counting the gap rather than missing it.
-    if o.launched_ts > 0:
-        alloc_ts = o.launched_ts
-    else:
-        alloc_ts = it.created_ts if it.status == "pending" else max(now_ts, it.created_ts)
+    # Billing starts at the cloud's own launch stamp, translated and clamped: a crash between
+    # the launch and this adoption must not lose the time in between (the soak found a tick
+    # missing). That holds for a machine launched before the intent too: a group's replacement
+    # of an interrupted one, adopted by a later intent, has run (and been billed) since its
+    # launch. The step itself is dated now, when the controller saw it running.
     history = [Transition(None, S.REQUESTED, it.created_ts, f"scale-up intent {it.token[:8]}")]
     if running:
-        history.append(Transition(S.REQUESTED, S.ALLOCATED, alloc_ts, "cloud reports running"))
+        history.append(
+            Transition(
+                S.REQUESTED,
+                S.ALLOCATED,
+                max(now_ts, it.created_ts),
+                "cloud reports running",
+                launch.ts,
+            )
+        )
     return CloudInstance(
         instance_id=o.instance_id,
         pool=it.pool,
@@ -270,8 +323,15 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
     now = inp.now_ts
     snap = inp.snapshot
     fresh_view = not snap.stale
+    stamps = CloudStamps(inp.skew_s)
     adopt = plan_adoptions(
-        inp.owned, inp.records, inp.intents, controller=inp.controller, now_ts=now
+        inp.owned,
+        inp.records,
+        inp.intents,
+        controller=inp.controller,
+        now_ts=now,
+        stamps=stamps,
+        first_request_ts=inp.first_request_ts,
     )
     records = [*inp.records, *(StoredInstance(a.instance, intent_token=a.token) for a in adopt)]
     owned = {o.instance_id: o for o in inp.owned if o.controller == inp.controller}
@@ -332,13 +392,20 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
         state = inst.state
         gone = o is None or o.state is CloudState.TERMINATED
         if gone:
-            if inp.listing_complete and state is S.TERMINATING:
-                moves.append(Move(iid, S.TERMINATED, "gone from the cloud"))
+            if state is S.TERMINATING and (inp.listing_complete or o is not None):
+                # ended at the cloud's stamp where it gave one (EC2 lists terminated
+                # instances for a while), no earlier than the terminate call
+                end = (
+                    stamps(o, o.ended_ts, inst.entered_state_ts, now, "termination") if o else None
+                )
+                moves.append(Move(iid, S.TERMINATED, "gone from the cloud",
+                                  end.ts if end else None))  # fmt: skip
             elif o is not None:
                 # The cloud itself says it terminated it (a spot reclaim): fail it now, and
                 # release its slot so its group does not launch a replacement nobody asked for
                 # (the terminate call shrinks the group; an already-gone id is a no-op).
-                moves.append(Move(iid, S.FAILED, "interrupted: the cloud terminated it"))
+                end = stamps(o, o.ended_ts, inst.launched_ts, now, "termination")
+                moves.append(Move(iid, S.FAILED, "interrupted: the cloud terminated it", end.ts))
                 if inst.node_name and fresh_view:
                     fixes[inst.node_name] = NodeFix(inst.node_name, "fail", "cloud instance lost")
                 kills[iid] = Kill(iid, o, "release the slot of an interrupted instance",
@@ -357,7 +424,8 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
                 kills[iid] = Kill(iid, o, "still listed: terminate again", transition=False)
             continue
         if state is S.REQUESTED and o.state is CloudState.RUNNING:
-            moves.append(Move(iid, S.ALLOCATED, "cloud reports running"))
+            launch = stamps(o, o.launched_ts, inst.launched_ts, now, "launch")
+            moves.append(Move(iid, S.ALLOCATED, "cloud reports running", launch.ts))
             state = S.ALLOCATED
         if not fresh_view:
             continue
@@ -426,7 +494,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
         for r in records:
             inst = r.instance
             for m in stepped.get(inst.instance_id, ()):
-                inst = inst.transition(m.to, now, m.reason)
+                inst = inst.transition(m.to, now, m.reason, cloud_ts=m.cloud_ts)
             in_view.append(inst)
         sweep = plan_sweep(
             list(owned.values()),
@@ -437,6 +505,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
             timeouts=timeouts or None,
             listing_complete=inp.listing_complete,
             busy_nodes=busy,
+            first_seen=inp.first_seen,
         )
         by_id = {r.instance.instance_id: r.instance for r in records}
         found = [t.instance for t in sweep.terminate if t.reason is SweepReason.ORPHAN]
@@ -455,6 +524,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
                 kills=tuple(kills.values()),
                 nodes=tuple(fixes.values()),
                 sweep_hold=hold,
+                warnings=tuple(stamps.warnings),
             )
         known = {r.instance.instance_id for r in records}
         for o in owned.values():
@@ -464,11 +534,11 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
                 o.state is CloudState.TERMINATED
                 and o.instance_id not in known
                 and o.ended_ts is not None
-                and o.ended_ts >= now - inp.closed_window_s
+                and o.ended_ts - inp.skew_s.get(o.cloud, 0.0) >= now - inp.closed_window_s
             ):
-                orphans.append(orphan_record(o, inp.offers, now))
+                orphans.append(orphan_record(o, inp.offers, now, stamps, _asked(o, inp)))
         for o in found:
-            orphans.append(orphan_record(o, inp.offers, now))
+            orphans.append(orphan_record(o, inp.offers, now, stamps, _asked(o, inp)))
             if o.pool in unheld_busy:
                 for name in unheld_busy[o.pool]:
                     if nodes[name].state is not NodeState.DRAINING:
@@ -524,7 +594,20 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
         kills=tuple(kills.values()),
         nodes=tuple(fixes.values()),
         orphans=tuple(orphans),
+        warnings=tuple(stamps.warnings),
     )
+
+
+def _asked(o: OwnedInstance, inp: SyncInput) -> float:
+    """The earliest an orphan can have been asked for: its decision's intent where in view,
+    else the store's first intent, else a day back (a store started afresh)."""
+    tag = o.tags.get(TAG_DECISION, "")
+    mine = [it.created_ts for it in inp.intents if tag and it.decision_id == tag]
+    if mine:
+        return min(mine)
+    if inp.first_request_ts is not None:
+        return inp.first_request_ts
+    return inp.now_ts - inp.closed_window_s
 
 
 def busy_nodes(snap: ClusterSnapshot) -> frozenset[str]:
@@ -539,20 +622,30 @@ def busy_nodes(snap: ClusterSnapshot) -> frozenset[str]:
 
 
 def orphan_record(
-    o: OwnedInstance, offers: Mapping[tuple[str, str, str], Offer], now_ts: float
+    o: OwnedInstance,
+    offers: Mapping[tuple[str, str, str], Offer],
+    now_ts: float,
+    stamps: CloudStamps | None = None,
+    asked_ts: float | None = None,
 ) -> CloudInstance:
     """The record of a tagged instance the store does not know, rebuilt from its tags and the
-    catalog: billed from the cloud's own launch time."""
+    catalog: found now, billed from the cloud's own launch stamp (translated, and no earlier
+    than `asked_ts`, the earliest it can have been asked for) to its termination stamp."""
+    stamps = stamps or CloudStamps({})
+    lo = now_ts if asked_ts is None else min(asked_ts, now_ts)
+    launch = stamps(o, o.launched_ts, lo, now_ts, "launch")
     capacity = CapacityType.SPOT if o.tags.get(TAG_CAPACITY) == "spot" else CapacityType.ON_DEMAND
     offer = offers.get((o.cloud, o.region, o.instance_type))
     price = offer.price(capacity) if offer is not None else None
     if price is None and offer is not None:
         price = offer.ondemand_usd_hr  # no spot price listed: bill the upper bound
     why = f"orphan: found in the cloud by its tags with no record (at {now_ts:.0f})"
-    history = [Transition(None, S.ALLOCATED, o.launched_ts, why)]
+    history = [Transition(None, S.ALLOCATED, now_ts, why, launch.ts)]
     if o.state is CloudState.TERMINATED and o.ended_ts is not None:
-        end = max(o.ended_ts, o.launched_ts)
-        history.append(Transition(S.ALLOCATED, S.TERMINATED, end, "terminated in the cloud"))
+        end = stamps(o, o.ended_ts, launch.ts, now_ts, "termination")
+        history.append(
+            Transition(S.ALLOCATED, S.TERMINATED, now_ts, "terminated in the cloud", end.ts)
+        )
     return CloudInstance(
         instance_id=o.instance_id,
         pool=o.pool,
@@ -561,7 +654,7 @@ def orphan_record(
         gpus=offer.whole_gpus if offer is not None else 0,
         price_usd_hr=price if price is not None else Decimal(0),
         state=history[-1].to_state,
-        launched_ts=o.launched_ts,
+        launched_ts=launch.ts,
         decision_id=o.tags.get(TAG_DECISION, ""),
         history=tuple(history),
         origin=InstanceOrigin.ORPHAN,

@@ -14,6 +14,10 @@ that go RUNNING -> DONE):
 * operations: get and wait, for global, regional and zonal scopes
 * `requestId`: a repeated request returns the first operation and changes nothing again
 
+Times (`creationTimestamp`, `lastStartTimestamp`, the `Date` header of every answer, and the
+`VmRecord` a bill is computed from) are on the fake's `clock`: the cloud's own clock, which a
+test may skew from the controller's.
+
 Faults: `add_fault(...)` answers a matching request with an HTTP error (e.g. 403 quotaExceeded,
 429) or with an Operation that finishes with an error (e.g. ZONE_RESOURCE_POOL_EXHAUSTED, carrying
 `httpErrorStatusCode` as GCE does). `set_capacity(location, machine_type, n)` limits how many more
@@ -118,6 +122,11 @@ class FakeGCE:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:
                 pass
+
+            def date_time_string(self, timestamp: float | None = None) -> str:
+                # the `Date` header on the cloud's clock, as a real server stamps it on its own
+                stamp = fake.clock().timestamp() if timestamp is None else timestamp
+                return str(super().date_time_string(stamp))
 
             def _do(self) -> None:
                 url = urlparse(self.path)
@@ -350,6 +359,8 @@ class FakeGCE:
                 "machineType": f"{base}/zones/{zone}/machineTypes/{_last(mt)}",
                 "selfLink": f"{base}/zones/{zone}/instances/{name}",
                 "creationTimestamp": self._now(),
+                # the fake's VMs run at once: billed from here (GCE: RUNNING since)
+                "lastStartTimestamp": self._now(),
             }
         )
         if created_by:

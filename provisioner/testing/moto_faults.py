@@ -15,6 +15,13 @@ moto 5 has no error-injection API for EC2 or Auto Scaling, so this module adds t
 Control it from Python (`add_fault`, `set_capacity`, `reset`) or over HTTP:
 `POST /_faults` (a fault as JSON, or `{"capacity": {...}}`), `DELETE /_faults`, `GET /_faults`.
 
+**The cloud's own clock** (`use_clock`): a real cloud stamps launches, terminations and its
+answers' `Date` header on its clock, not the caller's. moto stamps them on the wall clock; with a
+clock set, EC2 instance times (`LaunchTime`, the time in `StateTransitionReason`) and every
+answer's `Date` header follow it instead, so a demo or a test on an injected clock has a cloud
+on that clock (or skewed from it by as much as the test wants). moto's EC2 time source is a
+module attribute: one clock per process.
+
 Run standalone: `python -m provisioner.testing.moto_faults --port 5000`.
 """
 
@@ -58,6 +65,7 @@ _ACTIVITIES = (
     "</ResponseMetadata></DescribeScalingActivitiesResponse>"
 )
 ASG_NAME_TAG = "aws:autoscaling:groupName"
+CloudClock = Callable[[], datetime]  # a cloud's own clock (aware UTC)
 
 
 @dataclass
@@ -96,6 +104,7 @@ class _State:
     lock: threading.RLock = field(default_factory=threading.RLock)
     # set while a `hold_s` answer is being held (a caller is mid cloud call)
     holding: threading.Event = field(default_factory=threading.Event)
+    clock: Callable[[], datetime] | None = None  # the cloud's clock (None: the wall clock)
 
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -134,7 +143,7 @@ class FaultMiddleware:
                 group = params.get("AutoScalingGroupName", "")
                 msgs = list(self.state.failed_launches.get(group, ()))
                 if msgs:
-                    return _xml(start_response, 200, _activities(group, msgs))
+                    return _xml(start_response, 200, _activities(group, msgs, self.state.clock))
         if held is not None:
             self.state.holding.set()
             try:
@@ -195,8 +204,10 @@ def _xml(
     return [raw]
 
 
-def _activities(group: str, messages: list[str]) -> str:
-    ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+def _activities(group: str, messages: list[str], clock: CloudClock | None = None) -> str:
+    ts = (
+        (clock() if clock else datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    )
     members = "".join(
         _ACTIVITY.format(aid=uuid.uuid4(), group=escape(group), msg=escape(m), ts=ts)
         for m in reversed(messages)
@@ -273,10 +284,49 @@ class _CapacityPatch:
         self._orig = None
 
 
+class _ClockPatch:
+    """Points moto's EC2 instance times at a clock (installed while one is set)."""
+
+    def __init__(self) -> None:
+        self._saved: Any = None
+
+    def install(self, clock: CloudClock) -> None:
+        import moto.ec2.models.instances as moto_instances
+
+        mod: Any = moto_instances  # a module attribute, restored by uninstall
+        if self._saved is None:
+            self._saved = mod.utcnow
+        mod.utcnow = lambda: clock().astimezone(UTC).replace(tzinfo=None)
+
+    def uninstall(self) -> None:
+        if self._saved is None:
+            return
+        import moto.ec2.models.instances as moto_instances
+
+        mod: Any = moto_instances
+        mod.utcnow = self._saved
+        self._saved = None
+
+
+def _handler_on(state: _State, base: type[Any]) -> type[Any]:
+    """moto's request handler, with the `Date` header on the cloud's clock when one is set."""
+
+    class Handler(base):  # type: ignore[misc,valid-type]
+        def date_time_string(self, timestamp: float | None = None) -> str:
+            clock = state.clock
+            if timestamp is None and clock is not None:
+                timestamp = clock().timestamp()
+            return str(super().date_time_string(timestamp))
+
+    return Handler
+
+
 class FaultyMotoServer:
     """moto's server on 127.0.0.1 (a free port by default) behind the fault layer."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, clock: CloudClock | None = None
+    ) -> None:
         from moto.moto_server.werkzeug_app import (
             DomainDispatcherApplication,
             MotoRequestHandler,
@@ -287,13 +337,17 @@ class FaultyMotoServer:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         self.state = _State()
         app = FaultMiddleware(DomainDispatcherApplication(create_backend_app), self.state)
-        self._srv = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
+        handler = _handler_on(self.state, MotoRequestHandler)
+        self._srv = make_server(host, port, app, threaded=True, request_handler=handler)
         self.endpoint = "http://{}:{}".format(*self._srv.server_address[:2])
         self._thread = threading.Thread(target=self._srv.serve_forever, daemon=True)
         self._patch = _CapacityPatch(self.state)
+        self._clock_patch = _ClockPatch()
+        self._initial_clock = clock
 
     def start(self) -> FaultyMotoServer:
         self._patch.install()
+        self.use_clock(self._initial_clock)
         self._thread.start()
         return self
 
@@ -301,6 +355,16 @@ class FaultyMotoServer:
         self._srv.shutdown()
         self._thread.join()
         self._patch.uninstall()
+        self.use_clock(None)
+
+    def use_clock(self, clock: CloudClock | None) -> None:
+        """The cloud's clock from now on (None: the wall clock, moto's own)."""
+        with self.state.lock:
+            self.state.clock = clock
+        if clock is None:
+            self._clock_patch.uninstall()
+        else:
+            self._clock_patch.install(clock)
 
     def add_fault(self, action: str, code: str = "", **kw: Any) -> Fault:
         fault = Fault(action=action, code=code, **kw)

@@ -288,7 +288,11 @@ def test_sweep_decisions() -> None:
         _rec("i-just-gone", InstanceState.READY, NOW - 5),
         _rec("", InstanceState.REQUESTED, NOW - 4000),
     ]
-    plan = plan_sweep(owned, records, controller=CONTROLLER, now_ts=NOW, grace_s=600)
+    # the grace counts from when the controller first listed each one (here: since its launch)
+    seen = {o.instance_id: o.launched_ts for o in owned}
+    plan = plan_sweep(
+        owned, records, controller=CONTROLLER, now_ts=NOW, grace_s=600, first_seen=seen
+    )
     assert [(t.instance.instance_id, t.reason) for t in plan.terminate] == [
         ("i-closed", SweepReason.RECORD_CLOSED),
         ("i-orphan-old", SweepReason.ORPHAN),
@@ -298,7 +302,13 @@ def test_sweep_decisions() -> None:
         ("i-vanished", SweepReason.INSTANCE_GONE)
     ]
     partial = plan_sweep(
-        owned, records, controller=CONTROLLER, now_ts=NOW, grace_s=600, listing_complete=False
+        owned,
+        records,
+        controller=CONTROLLER,
+        now_ts=NOW,
+        grace_s=600,
+        listing_complete=False,
+        first_seen=seen,
     )
     assert partial.close == () and partial.terminate == plan.terminate
 

@@ -233,12 +233,15 @@ def test_orphan_created_by_hand_is_swept(aws: AwsEnv) -> None:
         _record("i-0gone000000000000", InstanceState.READY, launched),
     ]
 
+    seen = {o.instance_id: launched for o in owned}  # listed by the controller at `launched`
     within_grace = plan_sweep(
-        owned, records, controller=CONTROLLER, now_ts=launched + 10, grace_s=600
+        owned, records, controller=CONTROLLER, now_ts=launched + 10, grace_s=600, first_seen=seen
     )
     assert within_grace.terminate == () and within_grace.close == ()
 
-    plan = plan_sweep(owned, records, controller=CONTROLLER, now_ts=launched + 601, grace_s=600)
+    plan = plan_sweep(
+        owned, records, controller=CONTROLLER, now_ts=launched + 601, grace_s=600, first_seen=seen
+    )
     assert [(t.instance.instance_id, t.reason) for t in plan.terminate] == [
         (orphan_id, SweepReason.ORPHAN)
     ]

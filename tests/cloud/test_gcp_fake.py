@@ -205,8 +205,14 @@ def test_orphan_created_by_hand_is_swept(gce: GcpEnv) -> None:
     owned = gce.capacity.list_owned(CONTROLLER)
     orphan = next(o for o in owned if o.instance_id == "hand-made")
     assert orphan.group == ""
+    assert orphan.launched_ts is not None
     plan = plan_sweep(
-        owned, [], controller=CONTROLLER, now_ts=orphan.launched_ts + 601, grace_s=600
+        owned,
+        [],
+        controller=CONTROLLER,
+        now_ts=orphan.launched_ts + 601,
+        grace_s=600,
+        first_seen={o.instance_id: orphan.launched_ts for o in owned},
     )
     assert {(t.instance.instance_id, t.reason) for t in plan.terminate} >= {
         ("hand-made", SweepReason.ORPHAN)

@@ -20,6 +20,8 @@ def moto_server() -> Iterator[Any]:
 
 
 @pytest.fixture
-def moto(moto_server: Any) -> Any:
+def moto(moto_server: Any) -> Iterator[Any]:
+    """moto reset, on the wall clock unless a test points it at its own (`use_clock`)."""
     moto_server.reset()
-    return moto_server
+    yield moto_server
+    moto_server.use_clock(None)

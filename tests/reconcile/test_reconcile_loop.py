@@ -208,6 +208,7 @@ def test_orphan_is_swept_after_the_grace_period(db_url, moto):
     fake = make_fake(clock, t0)
     fake.jobs["1002"].state = JobState.CANCELLED  # nothing to burst for
     c = make_controller(db_url, clock, fake, moto.endpoint)
+    moto.use_clock(clock.now)  # the cloud stamps its launches on the test's clock
     import boto3
 
     ec2 = boto3.client(
@@ -282,7 +283,9 @@ def test_the_sweep_holds_when_store_and_cloud_disagree_about_many(db_url, moto):
         ],
     )  # fmt: skip
     launched = max(i["LaunchTime"].timestamp() for i in live_instances(moto.endpoint))
-    clock.advance(max(0.0, launched - clock.now().timestamp()) + GRACE + 1)
+    clock.advance(max(0.0, launched - clock.now().timestamp()))
+    c.reconciler.run_pass()  # first listed now: the grace counts from here
+    clock.advance(GRACE + 1)
     r = c.reconciler.run_pass()
     assert r.terminated == 0 and "disagree about 6 instances" in r.sweep_held
     assert len(live_instances(moto.endpoint)) == 6

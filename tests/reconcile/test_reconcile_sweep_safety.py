@@ -84,6 +84,8 @@ def sync(
             max_disagreements=max_disagreements,
             sweep_approved=approved,
             timeouts={S.DRAINING: 7 * 86_400.0},
+            # the controller has listed each machine since its launch
+            first_seen={o.instance_id: o.launched_ts or NOW for o in own},
         )
     )
 
@@ -163,7 +165,9 @@ def test_a_terminated_instance_the_store_never_recorded_is_still_billed():
     p = sync(own=[gone("i-7", NOW - 5400, NOW - 1800)])
     (rec,) = p.orphans
     assert rec.state is S.TERMINATED and rec.origin is InstanceOrigin.ORPHAN
-    assert rec.launched_ts == NOW - 5400 and rec.entered_state_ts == NOW - 1800
+    # billed from the cloud's launch to its end; the steps are dated when the controller saw
+    assert [t.cloud_ts for t in rec.history] == [NOW - 5400, NOW - 1800]
+    assert rec.launched_ts == NOW - 5400 and rec.entered_state_ts == NOW
     assert p.kills == ()
 
 

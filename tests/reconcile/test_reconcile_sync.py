@@ -83,10 +83,23 @@ def node(name: str, state: NodeState, alloc: int = 0) -> Node:
     )
 
 
-def sync(records=(), own=(), nodes=(), intents=(), stale=False, complete=True, now=NOW):
+def sync(
+    records=(),
+    own=(),
+    nodes=(),
+    intents=(),
+    stale=False,
+    complete=True,
+    now=NOW,
+    first_seen=None,
+    first_request_ts=None,
+    skew_s=None,
+):
     snap = ClusterSnapshot(taken_ts=now, nodes=tuple(nodes))
     if stale:
         snap = snap.mark_stale("slurm: timed out")
+    # unless a test says otherwise, the controller has listed each instance since its launch
+    seen = {o.instance_id: o.launched_ts for o in own} if first_seen is None else first_seen
     return plan_sync(
         SyncInput(
             now,
@@ -99,6 +112,9 @@ def sync(records=(), own=(), nodes=(), intents=(), stale=False, complete=True, n
             grace_s=120,
             join_timeout_s=600,
             retry_terminate_s=120,
+            first_seen=seen,
+            first_request_ts=first_request_ts,
+            skew_s=skew_s or {},
         )
     )
 
@@ -114,7 +130,8 @@ def test_adopts_an_unknown_tagged_instance_into_the_intent_that_launched_it():
         8,
     )
     assert [t.to_state for t in inst.history] == [S.REQUESTED, S.ALLOCATED]
-    assert inst.history[-1].at_ts == NOW - 30  # billed from the cloud's launch, not adoption
+    # dated when the controller saw it running; billed from the cloud's launch stamp
+    assert (inst.history[-1].at_ts, inst.history[-1].cloud_ts) == (NOW, NOW - 30)
     # i-2 has no intent: an orphan, swept only after the grace period
     assert p.kills == ()
     later = sync(own=[owned("i-2", launched=NOW - 500)], intents=[])
@@ -128,10 +145,57 @@ def test_a_group_replacement_adopted_by_a_later_intent_is_billed_from_its_launch
     # The group replaced an interrupted instance at NOW - 180 on its own; the controller's
     # next scale-up intent (NOW - 40) adopts it. The cloud has billed since the launch, so the
     # ledger must too (the chaos soak found 120 s of such a machine outside the books).
-    p = sync(own=[owned("i-r", launched=NOW - 180)], intents=[intent(nodes=1)])
+    # The scale-up that sized the group (NOW - 3600) asked for it.
+    p = sync(
+        own=[owned("i-r", launched=NOW - 180)],
+        intents=[intent(nodes=1)],
+        first_request_ts=NOW - 3600,
+    )
     (a,) = p.adopt
     assert a.instance.history[-1].to_state is S.ALLOCATED
-    assert a.instance.history[-1].at_ts == NOW - 180
+    assert a.instance.history[-1].cloud_ts == NOW - 180
+    assert p.warnings == ()
+
+
+def test_a_launch_stamp_before_any_request_is_clamped_to_the_request_and_named():
+    """A cloud clock 3 minutes behind, no skew measured yet, no earlier request: billing
+    starts at the request, never before it, and a warning names the instance and the gap."""
+    p = sync(own=[owned("i-s", launched=NOW - 220)], intents=[intent(nodes=1)])
+    (a,) = p.adopt
+    assert a.instance.history[-1].cloud_ts == NOW - 40  # the intent's creation
+    (w,) = p.warnings
+    assert "i-s" in w and "180 s before it was requested" in w
+
+
+def test_cloud_stamps_are_translated_by_the_measured_skew():
+    """The cloud's clock runs 10 minutes ahead: its launch stamp NOW + 570 is NOW - 30 on the
+    controller's clock."""
+    p = sync(
+        own=[owned("i-1", launched=NOW + 570)],
+        intents=[intent(nodes=1)],
+        skew_s={"aws": 600.0},
+    )
+    (a,) = p.adopt
+    assert a.instance.history[-1].cloud_ts == NOW - 30
+    assert p.warnings == ()
+
+
+def test_a_launch_stamp_in_the_future_is_clamped_to_now_and_named():
+    p = sync(own=[owned("i-f", launched=NOW + 3600)], intents=[intent(nodes=1)])
+    (a,) = p.adopt
+    assert a.instance.history[-1].cloud_ts == NOW
+    (w,) = p.warnings
+    assert "i-f" in w and "3600 s in the future" in w
+
+
+def test_the_orphan_grace_counts_from_when_the_controller_first_saw_it():
+    """A cloud clock an hour behind makes a fresh orphan look an hour old: it is kept until
+    it has been listed for the grace period on the controller's own clock."""
+    stray = owned("i-2", launched=NOW - 3600)
+    first = sync(own=[stray], first_seen={"i-2": NOW})
+    assert first.kills == () and first.orphans == ()
+    later = sync(own=[stray], first_seen={"i-2": NOW - 121})
+    assert [k.instance_id for k in later.kills] == ["i-2"]
 
 
 def test_binds_to_the_node_slurm_powers_up_then_joins_and_readies():
