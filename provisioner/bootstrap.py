@@ -330,11 +330,10 @@ def build_controller(
     policy = policy or load_policy(settings.policies)
     catalog = catalog or load_catalog(settings.catalog)
     store = store or Store(settings.store_url)
-    if clock is None:
+    clock = clock or SteadyClock()
+    if isinstance(clock, SteadyClock) and not clock.resumed:
         # The controller's own clock: monotonic, carried on from this boot's last mark.
-        steady = SteadyClock()
-        steady.resume(store.clock_mark(steady.boot_id), store.latest_clock_ts())
-        clock = steady
+        clock.resume(store.clock_mark(clock.boot_id), store.latest_clock_ts())
     slurm = slurm if slurm is not None else build_slurm(settings, clock, policy)
     clouds = clouds if clouds is not None else build_clouds(settings, policy)
     config = config or LoopConfig(

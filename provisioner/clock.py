@@ -106,12 +106,14 @@ class SteadyClock:
         self._lock = threading.Lock()
         self._last_mono = monotonic()
         self._last = wall()
+        self.resumed = False
 
     def resume(self, mark: ClockMark | None, floor_ts: float) -> None:
         """Start from the store: on the boot that left `mark`, carry on from it by the monotonic
         clock (whatever the wall clock did meanwhile); elsewhere start at the wall clock. Never
         below `floor_ts`, the latest stamp any controller wrote."""
         with self._lock:
+            self.resumed = True
             m = self._mono()
             if mark is not None and mark.boot_id == self.boot_id and m >= mark.mono_s:
                 start = mark.ts + (m - mark.mono_s)

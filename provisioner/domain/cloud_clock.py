@@ -32,7 +32,8 @@ from email.utils import parsedate_to_datetime
 from provisioner.domain.errors import ProvisionerError
 
 WARN_SKEW_S = 60.0  # above this, the skew is shown as a warning (metrics, doctor, the log)
-_KEEP = 32  # samples per account the estimate is made from
+_KEEP = 32  # Date samples per account the estimate is made from (several per pass)
+_KEEP_LAUNCHES = 8  # launch samples, rarer (one per instance requested) and often tighter
 
 
 class CloudTimestampError(ProvisionerError):
@@ -111,21 +112,26 @@ class SkewTracker:
     """The recent samples of each cloud account and their estimate. Adapters add samples from
     any thread; the loop reads the estimates once per pass."""
 
-    def __init__(self, keep: int = _KEEP) -> None:
-        self._keep = keep
-        self._samples: dict[tuple[str, str], deque[SkewSample]] = {}
+    def __init__(self, keep: int = _KEEP, keep_launches: int = _KEEP_LAUNCHES) -> None:
+        self._keep = {"date": keep, "launch": keep_launches}
+        # per account and source: a run of many Date samples must not push out the few launch
+        # samples, which pin the skew where whole-second Date headers cannot
+        self._samples: dict[tuple[str, str, str], deque[SkewSample]] = {}
         self._lock = threading.Lock()
 
     def add(self, cloud: str, account: str, sample: SkewSample | None) -> None:
         if sample is None:
             return
         with self._lock:
-            q = self._samples.setdefault((cloud, account), deque(maxlen=self._keep))
+            key = (cloud, account, sample.source)
+            q = self._samples.setdefault(key, deque(maxlen=self._keep.get(sample.source, 8)))
             q.append(sample)
 
     def estimate(self, cloud: str, account: str) -> SkewEstimate | None:
         with self._lock:
-            samples = list(self._samples.get((cloud, account), ()))
+            samples = [
+                s for (c, a, _), q in self._samples.items() if (c, a) == (cloud, account) for s in q
+            ]
         if not samples:
             return None
         lo, hi, n = agreed_span(samples)
@@ -134,7 +140,7 @@ class SkewTracker:
 
     def estimates(self) -> list[SkewEstimate]:
         with self._lock:
-            keys = sorted(self._samples)
+            keys = sorted({(c, a) for c, a, _ in self._samples})
         return [e for k in keys if (e := self.estimate(*k)) is not None]
 
     def skew_by_cloud(self) -> dict[str, float]:

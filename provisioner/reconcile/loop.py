@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from provisioner.account.ledger import Accountant
@@ -43,6 +43,7 @@ from provisioner.clock import ClockMark, SteadyClock
 from provisioner.domain.instances import DEFAULT_STATE_TIMEOUTS_S, InstanceState, join_lease_s
 from provisioner.domain.intents import IntentKind
 from provisioner.domain.plan import Decision, Plan, ReasonCode
+from provisioner.domain.records import StoredInstance
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.gpu_view import planning_view
@@ -140,6 +141,7 @@ class Reconciler:
         self.failed_passes = 0
         self.last_failure: tuple[float, str] | None = None
         self._first_seen: dict[str, float] = {}
+        self._gone_since: dict[str, float] = {}
         self._skew_warned: set[tuple[str, str]] = set()
         now = self.ctx.now()
         self.store.sync_pools(self.policy.pools, now)
@@ -235,6 +237,7 @@ class Reconciler:
                 skew_s=self.ctx.skews.skew_by_cloud(),
                 first_seen=self._first_seen,
                 first_request_ts=self.store.first_intent_ts(IntentKind.SCALE_UP),
+                gone_since=self._gone(records, listed, complete, now),
             )
         )
         for w in splan.warnings:
@@ -275,6 +278,24 @@ class Reconciler:
             listed = {o.instance_id for o in owned}
             for iid in [i for i in self._first_seen if i not in listed]:
                 del self._first_seen[iid]
+
+    def _gone(
+        self,
+        records: list[StoredInstance],
+        listed: Mapping[str, OwnedInstance],
+        complete: bool,
+        now: float,
+    ) -> dict[str, float]:
+        """When a complete listing first lacked each live record's instance (its billing ends
+        there when the cloud gives no end stamp). A restart forgets: then it is the first pass
+        after it."""
+        live = {si.instance.instance_id for si in records if not si.instance.state.terminal}
+        for iid in [i for i in self._gone_since if i not in live or i in listed]:
+            del self._gone_since[iid]
+        if complete:
+            for iid in live - listed.keys():
+                self._gone_since.setdefault(iid, now)
+        return self._gone_since
 
     def _keep_clocks(self, now: float) -> None:
         """Store where the clock stands (a restart on this boot carries on from it; the

@@ -179,6 +179,15 @@ class SyncInput:
     # the earliest scale-up intent the store holds: nothing was requested before it (the floor
     # of an orphan's launch stamp when its own intent is not in view)
     first_request_ts: float | None = None
+    # record id -> when a complete listing first lacked its instance: a VM that vanished
+    # without an end stamp (GCE forgets deleted VMs) is billed until then, not until the
+    # sweep gets round to closing its record
+    gone_since: Mapping[str, float] = field(default_factory=dict)
+
+
+# The skew is measured to about a second (whole-second Date headers): a launch stamp less than
+# this before a request is taken as launched for that request, not before it.
+REPLACED_MARGIN_S = 5.0
 
 
 class CloudStamps:
@@ -187,6 +196,12 @@ class CloudStamps:
     def __init__(self, skew_s: Mapping[str, float]) -> None:
         self.skew_s = skew_s
         self.warnings: list[str] = []
+
+    def launched_before(self, o: OwnedInstance, ts: float) -> bool:
+        """The cloud launched `o` well before `ts` (controller time), by its stamp."""
+        if o.launched_ts is None:
+            return False
+        return o.launched_ts - self.skew_s.get(o.cloud, 0.0) < ts - REPLACED_MARGIN_S
 
     def __call__(
         self, o: OwnedInstance, cloud_ts: float | None, lo: float, hi: float, what: str
@@ -263,12 +278,15 @@ def plan_adoptions(
         tag = o.tags.get(TAG_DECISION, "")
         it = next((c for c in cands if c.decision_id == tag), cands[0])
         used[it.token] = used.get(it.token, 0) + 1
-        # A replacement the group launched on its own for an interrupted member was asked for
-        # by an earlier request (the one that sized the group), not by the intent adopting
-        # it: the floor is the first request in view, or the store's first scale-up.
-        asked = min(c.created_ts for c in by_group[group_of(o)])
-        if first_request_ts is not None:
-            asked = min(asked, first_request_ts)
+        asked = it.created_ts
+        if stamps.launched_before(o, asked):
+            # A replacement the group launched on its own for an interrupted member was asked
+            # for by an earlier request (the one that sized the group), not by the intent
+            # adopting it: billed from its launch, floored at the group's first request in
+            # view or the store's first scale-up.
+            asked = min(c.created_ts for c in by_group[group_of(o)])
+            if first_request_ts is not None:
+                asked = min(asked, first_request_ts)
         launch = stamps(o, o.launched_ts, asked, now_ts, "launch")
         out.append(Adopt(it.token, _adopted(o, it, now_ts, launch)))
     return tuple(out)
@@ -571,7 +589,8 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
             if c.instance_id in moved or c.instance_id in kills:
                 continue
             rec = by_id.get(c.instance_id)
-            moves.append(Move(c.instance_id, S.FAILED, f"sweep: {c.reason}"))
+            vanished = inp.gone_since.get(c.instance_id)
+            moves.append(Move(c.instance_id, S.FAILED, f"sweep: {c.reason}", vanished))
             if rec is not None and rec.node_name:
                 fixes.setdefault(
                     rec.node_name, NodeFix(rec.node_name, "fail", "cloud instance gone")

@@ -311,3 +311,24 @@ def test_backoff_is_rebuilt_from_stored_outcomes():
     assert b.blocked(OFFER, NOW + 299) and not b.blocked(OFFER, NOW + 301)
     ok = Intent("c", "scale_up", "confirmed", NOW + 5, offer=str(OFFER), completed_ts=NOW + 5)
     assert rebuild_backoff([failed, ok], BackoffSettings(300, 3600)).entries == {}
+
+
+def test_a_vm_that_vanished_is_billed_until_the_controller_first_missed_it():
+    """GCE forgets a deleted VM: no end stamp. Closed by the sweep passes later, its billing
+    ends when a complete listing first lacked it, not when the sweep got round to it."""
+    gone = record("i-1", S.READY, node="burst-1")
+    # the sweep waits out its grace period from the state's entry; here it is long past
+    p = plan_sync(
+        SyncInput(
+            NOW + 300,
+            CTL,
+            [gone],
+            [],
+            True,
+            ClusterSnapshot(taken_ts=NOW + 300, nodes=(node("burst-1", NodeState.IDLE),)),
+            grace_s=120,
+            gone_since={"i-1": NOW},
+        )
+    )
+    (m,) = [m for m in p.moves if m.instance_id == "i-1"]
+    assert (m.to, m.cloud_ts) == (S.FAILED, NOW)
