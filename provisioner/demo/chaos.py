@@ -6,9 +6,11 @@ layer (`moto_faults`), the Compute Engine fake (`testing.fake_gce`, driven by th
 google-cloud-compute clients) as GCP, and the demo's FAKE in-memory Slurm cluster
 (`demo.fake_slurm`) running jobs taken from the bundled Philly trace at accelerated time. One pool
 per cloud; the planner takes whichever offer is cheaper and allowed (AWS, until a fault or the cap
-makes it GCP). Time is one injected clock for the whole world: the controller's passes, the fake
-cluster, and both clouds' instance launch and termination times (moto's `utcnow` and the fake's
-clock are pointed at it, so the clouds' own records are in world time).
+makes it GCP). Time is one world clock moved by hand. The fake cluster keeps it. Each cloud keeps
+it skewed by ten minutes, ahead or behind (`cloud_skew`: its launch and termination stamps and
+its answers' `Date` headers; a real cloud's clock is off, it does not step). The controller runs
+on its own `SteadyClock`, whose monotonic clock is the world's and whose wall clock NTP may step
+(`clock_step`).
 
 A seeded schedule injects, between passes and inside them:
 
@@ -21,7 +23,11 @@ A seeded schedule injects, between passes and inside them:
 * `slurm_down` (slurmctld unreachable for a few passes: stale snapshots) and `stale` (one);
 * `spot_interruption`: the cloud takes a running instance away (either cloud);
 * `old_store`: the controller dies and its store file is replaced by an older copy of itself;
-* `telemetry`: duplicate and clock-skewed NVML pushes to `POST /v1/telemetry`.
+* `telemetry`: duplicate and clock-skewed NVML pushes to `POST /v1/telemetry`;
+* `cloud_skew`: each cloud's clock ten minutes ahead of or behind the world's, for the whole seed
+  (counted once per cloud);
+* `clock_step`: while instances run, the controller host's wall clock steps an hour forward or
+  ten minutes back (a restart after it resumes from the store's clock mark, as on one boot).
 
 After every step, and at the end, the invariants are checked from moto's records, the GCE
 fake's record of every VM it created, the fake cluster's job records and the ledger, never from
@@ -30,7 +36,8 @@ the product's billing code:
 * every job completes exactly once, and none is requeued because the controller took away the
   node it ran on (requeues after an injected spot interruption are the cloud's doing);
 * every instance-second either cloud ran is in the ledger, within a cent (price x seconds,
-  60 s minimum, by hand), once the instance is gone and billed. The exception, reported as
+  60 s minimum, by hand, on the cloud's own clock), and no more than one pass beyond it, once the
+  instance is gone and billed. The exception, reported as
   `lost_to_rollback` rather than as a violation: a GCE VM created and deleted between an older
   store copy and its swap-in (a deleted VM leaves the Compute API's listing; only the Cloud
   Billing export would still show it);
@@ -38,7 +45,10 @@ the product's billing code:
   its budget;
 * no node group ever holds more instances than scale-up intents asked for (one intent never
   yields two instances);
-* no instance outlives the end of the work by more than the idle timeout plus one grace period.
+* no instance outlives the end of the work by more than the idle timeout plus one grace period;
+* no dollar is billed for an instance before it was requested (the intent that launched it; for
+  a machine its group launched on its own, or an orphan, the pool's first request), or after the
+  controller saw it end (its record's last step), and no history runs backwards (promise 5).
 
 Honest limits: the kill is in-process (a `BaseException` raised at the moment: nothing after it
 runs, the open transaction is lost as the kernel would lose it, but the process is not an OS
@@ -57,7 +67,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -78,6 +88,8 @@ FAULT_KINDS = (
     "spot_interruption",
     "old_store",
     "telemetry",
+    "cloud_skew",
+    "clock_step",
 )
 TICK_S = 60.0
 GRACE_S = 180.0
@@ -96,6 +108,9 @@ GCP_PROJECT = "chaos-proj"
 GLOBAL_CAP = Decimal("55")
 TEAM_BUDGET = Decimal("5000")
 EPOCH = datetime(2026, 3, 2, tzinfo=UTC)
+CLOUD_SKEW_S = 600.0  # each cloud's clock this far ahead or behind the world's
+CLOCK_STEPS_S = (3600.0, -600.0)  # the controller host's wall clock stepped by NTP
+BOOT = "soak-host"  # the controller's host never reboots: a restart resumes its clock
 
 
 class Killed(BaseException):
@@ -124,40 +139,35 @@ class SoakResult:
 # --------------------------------------------------------------------------- the world's clock
 
 
-class _CloudClock:
-    """Points moto's instance times at the world's clock, and keeps moto's own termination log."""
+class _TerminateLog:
+    """The soak's own record of when moto terminated each instance, in world time."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
-        self.terminated_at: dict[str, float] = {}
-        self._saved: list[tuple[Any, str, Any]] = []
+        self.at: dict[str, float] = {}
+        self._orig: Any = None
 
     def install(self) -> None:
         import moto.ec2.models.instances as moto_instances
 
         inst_mod: Any = moto_instances  # patched for the soak's life, restored by uninstall
-        clock, log = self.clock, self.terminated_at
-        orig_terminate = inst_mod.Instance.terminate
-
-        def now() -> datetime:
-            return clock.now().replace(tzinfo=None)
+        clock, log = self.clock, self.at
+        self._orig = orig = inst_mod.Instance.terminate
 
         def terminate(instance: Any) -> Any:
             if instance._state.name != "terminated":
                 log.setdefault(instance.id, clock.now().timestamp())
-            return orig_terminate(instance)
+            return orig(instance)
 
-        self._saved = [
-            (inst_mod, "utcnow", inst_mod.utcnow),
-            (inst_mod.Instance, "terminate", orig_terminate),
-        ]
-        inst_mod.utcnow = now
         inst_mod.Instance.terminate = terminate
 
     def uninstall(self) -> None:
-        for owner, name, value in reversed(self._saved):
-            setattr(owner, name, value)
-        self._saved = []
+        import moto.ec2.models.instances as moto_instances
+
+        if self._orig is not None:
+            inst_mod: Any = moto_instances
+            inst_mod.Instance.terminate = self._orig
+            self._orig = None
 
 
 # --------------------------------------------------------------------------- the soak
@@ -170,6 +180,9 @@ class Soak:
 
         self.seed = seed
         self.rng = random.Random(seed)
+        # the clock faults draw from their own stream, so the other faults' schedule of a seed
+        # is the one it had before they were added
+        self.clock_rng = random.Random(f"clocks-{seed}")
         self.dir = workdir / f"seed-{seed}"
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
@@ -179,8 +192,14 @@ class Soak:
         self.url = f"sqlite:///{self.dir / 'store.sqlite'}"
         self.clock = ManualClock(EPOCH)
         self.t0 = self.clock.now().timestamp()
-        # GCP for this seed: a fresh Compute Engine fake whose VM times are the world's
-        self.gce = FakeGCE(op_polls_until_done=0, clock=self.clock.now).start()
+        # each cloud's clock ten minutes off the world's, ahead or behind
+        self.skew = {
+            c: self.clock_rng.choice([-CLOUD_SKEW_S, CLOUD_SKEW_S]) for c in ("aws", "gcp")
+        }
+        self.wall_step = 0.0  # how far NTP has stepped the controller host's wall clock
+        self.steps_due = self.clock_rng.sample(CLOCK_STEPS_S, len(CLOCK_STEPS_S))
+        # GCP for this seed: a fresh Compute Engine fake on its own (skewed) clock
+        self.gce = FakeGCE(op_polls_until_done=0, clock=self._cloud_clock("gcp")).start()
         self.fake = FakeSlurm(
             self.clock,
             onprem_nodes=1,
@@ -194,10 +213,12 @@ class Soak:
             suspend_timeout_s=30.0,
         )
         self.result = SoakResult(seed)
+        self.result.faults["cloud_skew"] += len(self.skew)
         self.slurm_down_until = -1.0
         self.stale_once = False
         self.interrupted: dict[str, float] = {}  # instance id -> when the cloud took it
         self.intent_nodes: dict[str, int] = {}  # intent token -> nodes, across store copies
+        self.intent_asked: dict[str, tuple[float, str]] = {}  # token -> (created, pool)
         self.copies: list[tuple[Path, float]] = []  # an older store copy, and when it was taken
         self.swaps: list[tuple[float, float]] = []  # (when a copy was swapped in, its age)
         self.prices = catalog_prices()
@@ -293,6 +314,20 @@ class Soak:
             "chaos soak policy",
         )
 
+    def _cloud_clock(self, cloud: str) -> Callable[[], datetime]:
+        return lambda: self.clock.now() + timedelta(seconds=self.skew[cloud])
+
+    def _controller_clock(self) -> Any:
+        """The controller host's clock: its monotonic clock runs with the world's, its wall
+        clock is the world's plus whatever NTP stepped it by."""
+        from provisioner.clock import SteadyClock
+
+        return SteadyClock(
+            wall=lambda: self.clock.now().timestamp() + self.wall_step,
+            monotonic=lambda: self.clock.now().timestamp() - self.t0 + 1000.0,
+            boot_id=BOOT,
+        )
+
     def _start(self) -> Any:
         import boto3
         from google.auth.credentials import AnonymousCredentials
@@ -324,7 +359,7 @@ class Soak:
         observer = _FlakySlurm(self)
         return build_controller(
             settings,
-            clock=self.clock,
+            clock=self._controller_clock(),
             store=Store(self.url),
             policy=pol,
             slurm=SlurmParts(
@@ -394,6 +429,10 @@ class Soak:
                 self._restart()
         elif kind == "telemetry":
             self._telemetry()
+        elif kind == "clock_step":
+            step = self.steps_due.pop() if self.steps_due else self.clock_rng.choice(CLOCK_STEPS_S)
+            self.wall_step += step
+            self.events.append(f"controller wall clock stepped {step:+.0f} s")
 
     def _telemetry(self) -> None:
         from fastapi.testclient import TestClient
@@ -436,6 +475,16 @@ class Soak:
         faults = 0
         kill = False
         for kind in FAULT_KINDS:
+            if kind == "cloud_skew":
+                continue  # set for the whole seed
+            if kind == "clock_step":
+                # mid-burst only, from the clock faults' own stream: an hour forward and ten
+                # minutes back early in every seed, then more now and then
+                rate = 0.25 if self.steps_due else _RATE[kind]
+                if self.clock_rng.random() < rate and self._live_instances():
+                    self._fault(kind)
+                    faults += 1
+                continue
             if self.rng.random() < _RATE[kind]:
                 if kind == "kill":
                     kill = True
@@ -533,6 +582,7 @@ class Soak:
         # collected after every pass, so ones an old store copy forgot still count)
         for it in self.c.store.intents(kind="scale_up"):
             self.intent_nodes[it.token] = max(self.intent_nodes.get(it.token, 0), it.nodes)
+            self.intent_asked.setdefault(it.token, (it.created_ts, it.pool))
         self.result.checks += 1
         asked = sum(self.intent_nodes.values()) + len(self.interrupted)
         if len(insts) + len(vms) > asked:
@@ -562,14 +612,18 @@ class Soak:
         for j in self.fake.jobs.values():
             if j.state is not JobState.COMPLETED or j.completions != 1:
                 self._violation(f"job {j.job_id} ended {j.state} after {j.completions} runs")
-        # dollars: every instance-second moto ran is in the ledger, within a cent
-        log = dict(self.server_clock.terminated_at)
-        ran_by_cloud = [  # (instance, launched, terminated or None, $/h)
-            (i["InstanceId"], i["LaunchTime"].timestamp(), log.get(i["InstanceId"]),
+        # dollars: every instance-second a cloud ran is in the ledger, within a cent, and no
+        # more than one pass beyond it. Times in world time (the soak knows each cloud's skew);
+        # durations are the same on the cloud's own clock.
+        aws, gcp = self.skew["aws"], self.skew["gcp"]
+        log = dict(self.terminations.at)  # world time
+        ran_by_cloud = [  # (instance, launched, terminated or None, $/h), world time
+            (i["InstanceId"], i["LaunchTime"].timestamp() - aws, log.get(i["InstanceId"]),
              self.prices[capacity_of(i)])
             for i in insts
-        ] + [(v.name, v.created_ts, v.deleted_ts, self.gcp_price) for v in vms]  # fmt: skip
-        recorded = {si.instance.instance_id for si in self.c.store.instances()}
+        ] + [(v.name, v.created_ts - gcp, None if v.deleted_ts is None else v.deleted_ts - gcp,
+              self.gcp_price) for v in vms]  # fmt: skip
+        records = {si.instance.instance_id: si for si in self.c.store.instances()}
         for iid, launched, ended, price in ran_by_cloud:
             self.result.checks += 1
             if ended is None:
@@ -577,13 +631,21 @@ class Soak:
                 continue
             log[iid] = ended
             expected = price * Decimal(repr(max(60.0, ended - launched))) / 3600
-            if iid not in recorded and iid in self.gce.vms and self._rolled_back_over(ended):
+            if iid not in records and iid in self.gce.vms and self._rolled_back_over(ended):
                 self.result.lost_to_rollback.append(iid)
                 self.result.lost_to_rollback_usd += expected
                 continue
-            billed = sum((e.cost for e in self.c.store.ledger_entries(instance_id=iid)), Decimal(0))
+            rows = self.c.store.ledger_entries(instance_id=iid)
+            billed = sum((e.cost for e in rows), Decimal(0))
+            one_pass = price * Decimal(repr(TICK_S)) / 3600
             if billed < expected - Decimal("0.01"):
                 self._violation(f"{iid}: the cloud ran ${expected:.4f}, the ledger has ${billed}")
+            elif billed > expected + one_pass + Decimal("0.01"):
+                self._violation(
+                    f"{iid}: the cloud ran ${expected:.4f}, the ledger has ${billed}: "
+                    "more than a pass beyond"
+                )
+            self._check_billed_window(iid, records.get(iid), rows, launched)
         # nothing outlives the work by more than the idle timeout and one grace period
         work_done = max((j.end_ts or 0.0) for j in self.fake.jobs.values())
         limit = work_done + IDLE_TIMEOUT_S + GRACE_S + 4 * TICK_S
@@ -593,6 +655,40 @@ class Soak:
                 self._violation(
                     f"{iid} lived until t+{at - self.t0:.0f}s, past t+{limit - self.t0:.0f}s"
                 )
+
+    def _check_billed_window(
+        self, iid: str, si: Any, rows: list[Any], launched_world: float
+    ) -> None:
+        """Promise 5, from the store's records of what the controller asked for and saw: no
+        row before the request, none after the end was seen, no history backwards."""
+        self.result.checks += 1
+        if si is None or not rows:
+            return  # forgotten with an older store copy: its books went with it
+        inst = si.instance
+        steps = [t.at_ts for t in inst.history]
+        if steps != sorted(steps):
+            self._violation(f"{iid}: its history runs backwards {steps}")
+        first_of_pool = min(
+            (t for t, pool in self.intent_asked.values() if pool == inst.pool), default=None
+        )
+        asked = self.intent_asked.get(si.intent_token, (None, ""))[0]
+        if asked is None or launched_world < asked - 1.0:
+            # an orphan, or a machine its group launched on its own: the pool's first request
+            asked = first_of_pool
+        start = min(e.start_ts for e in rows)
+        if asked is not None and start < asked - 1e-6:
+            self._violation(f"{iid}: billed from t+{start - self.t0:.1f}s, before its request "
+                            f"at t+{asked - self.t0:.1f}s")  # fmt: skip
+        if inst.state.terminal:
+            end = max(e.end_ts for e in rows)
+            seen = inst.history[-1].at_ts
+            if end > seen + 1e-6:
+                self._violation(f"{iid}: billed until t+{end - self.t0:.1f}s, after the end was "
+                                f"seen at t+{seen - self.t0:.1f}s")  # fmt: skip
+
+    def _live_instances(self) -> bool:
+        running = any(i["State"]["Name"] in ("pending", "running") for i in self._moto_instances())
+        return running or any(v.deleted_ts is None for v in self._gce_vms())
 
     def _rolled_back_over(self, ended: float) -> bool:
         """An older store copy, taken before `ended`, was swapped in after it: the record and
@@ -617,7 +713,7 @@ class Soak:
         return taken
 
     # ---------------------------------------------------------------- the run
-    server_clock: _CloudClock
+    terminations: _TerminateLog
 
     def run(self) -> SoakResult:
         from sqlalchemy import event
@@ -626,8 +722,9 @@ class Soak:
         def before_commit(_session: Any) -> None:
             self._maybe_die("transaction")
 
-        self.server_clock = _CloudClock(self.clock)
-        self.server_clock.install()
+        self.terminations = _TerminateLog(self.clock)
+        self.terminations.install()
+        self.server.use_clock(self._cloud_clock("aws"))
         event.listen(Session, "before_commit", before_commit)
         try:
             for i in range(self.steps):
@@ -654,7 +751,8 @@ class Soak:
             self.check(final=True)
         finally:
             event.remove(Session, "before_commit", before_commit)
-            self.server_clock.uninstall()
+            self.terminations.uninstall()
+            self.server.use_clock(None)
             self.gce.stop()
             with contextlib.suppress(Exception):
                 self.c.store.close()
@@ -672,6 +770,7 @@ _RATE = {
     "spot_interruption": 0.05,
     "old_store": 0.03,
     "telemetry": 0.08,
+    "clock_step": 0.03,
 }
 
 

@@ -17,7 +17,10 @@ A seeded schedule injects, in wall time:
   node's slurmd, slurmstepd and job processes get SIGKILL), as a reclaimed spot VM does;
 * `old_store`: the controller is killed and its SQLite file replaced by an older copy;
 * `telemetry`: duplicate and clock-skewed pushes to `POST /v1/telemetry` with a node-bound
-  agent token, and one for another node.
+  agent token, and one for another node;
+* `cloud_skew`: moto's clock (its launch and termination stamps, its answers' `Date` header) ten
+  minutes ahead of or behind the host's, for the whole seed. The controller's own clock is not
+  stepped here (it is the host's, shared with slurmctld); the in-process soak steps it.
 
 The checks read the world from outside, never the product's billing code: moto's instance
 listing (launch times, the terminate times moto's own `terminate` recorded, capacity tags),
@@ -29,7 +32,7 @@ at the end:
 * every job has exactly one COMPLETED record and one `done` mark; an attempt that ended any
   other way, or a second start, must be on a node whose VM the soak interrupted;
 * every instance-second moto ran is in the ledger within a cent (price x seconds, 60 s
-  minimum, by hand);
+  minimum, by hand, on moto's own clock);
 * what moto runs (pending or running) never costs more per hour than the global cap, and the
   team's ledger spend stays within its budget;
 * moto never launched more instances than scale-up intents asked for, plus the ones the
@@ -59,7 +62,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -164,6 +167,9 @@ class LiveSoak:
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
+        # moto's clock ten minutes off the host's, from a stream of its own (the other faults'
+        # schedule of a seed stays as it was)
+        self.cloud_skew_s = random.Random(f"clocks-{seed}").choice([-600.0, 600.0])
         self.cluster = cluster
         self.moto = moto
         self.dir = workdir / f"live-{seed}"
@@ -189,6 +195,7 @@ class LiveSoak:
         self.interrupted: dict[str, float] = {}  # instance id -> when the cloud took it
         self.interrupted_nodes: dict[str, list[float]] = {}  # node -> when its VM died
         self.intent_nodes: dict[str, int] = {}
+        self.intent_asked: dict[str, float] = {}  # token -> when it was recorded
         self.job_ids: list[str] = []
         self.events: list[str] = []
         self.jobcomp = Path(cluster.env["SLURM_CONF"]).parent.parent / "log" / "jobcomp.txt"
@@ -571,6 +578,7 @@ class LiveSoak:
         try:
             for it in store.intents(kind="scale_up"):
                 self.intent_nodes[it.token] = max(self.intent_nodes.get(it.token, 0), it.nodes)
+                self.intent_asked.setdefault(it.token, it.created_ts)
         finally:
             if own:
                 store.close()
@@ -645,15 +653,40 @@ class LiveSoak:
                 if ended is None:
                     self._violation(f"{iid} still running at the end")
                     continue
-                ran = ended - i["LaunchTime"].timestamp()
+                # the terminate log is on the host's clock, LaunchTime on moto's
+                ran = ended - (i["LaunchTime"].timestamp() - self.cloud_skew_s)
                 expected = self.prices[capacity_of(i)] * Decimal(repr(max(60.0, ran))) / 3600
-                billed = sum((e.cost for e in store.ledger_entries(instance_id=iid)), Decimal(0))
+                rows = store.ledger_entries(instance_id=iid)
+                billed = sum((e.cost for e in rows), Decimal(0))
                 if abs(billed - expected) > Decimal("0.01"):
                     self._violation(
                         f"{iid}: moto ran it {ran:.1f} s = ${expected:.4f}, ledger ${billed}"
                     )
+                launched = i["LaunchTime"].timestamp() - self.cloud_skew_s
+                self._check_billed_window(iid, store.instance(iid), rows, launched)
         finally:
             store.close()
+
+    def _check_billed_window(self, iid: str, si: Any, rows: list[Any], launched: float) -> None:
+        """Promise 5, from the store's records of what the controller asked for and saw: no
+        row before the request (the pool's first one for a machine its group launched on its
+        own, or an orphan), none after the end was seen, no history backwards."""
+        self.result.checks += 1
+        if si is None or not rows:
+            return  # forgotten with an older store copy: its books went with it
+        steps = [t.at_ts for t in si.instance.history]
+        if steps != sorted(steps):
+            self._violation(f"{iid}: its history runs backwards {steps}")
+        asked = self.intent_asked.get(si.intent_token)
+        if asked is None or launched < asked - 1.0:
+            asked = min(self.intent_asked.values(), default=None)
+        start = min(e.start_ts for e in rows)
+        if asked is not None and start < asked - 1e-6:
+            self._violation(f"{iid}: billed from {start:.1f}, before its request at {asked:.1f}")
+        if si.instance.state.terminal:
+            end, seen = max(e.end_ts for e in rows), si.instance.history[-1].at_ts
+            if end > seen + 1e-6:
+                self._violation(f"{iid}: billed until {end:.1f}, after the end seen at {seen:.1f}")
 
     def _check_lifetimes(self, work_done: float) -> None:
         suspend = float(self.cluster.env.get("SLURM_SUSPEND_TIME", "10"))
@@ -670,6 +703,8 @@ class LiveSoak:
         self.policies = self._policies()
         self.env = self._env()
         self.term_log.install()
+        self.moto.use_clock(lambda: datetime.now(UTC) + timedelta(seconds=self.cloud_skew_s))
+        self.result.faults["cloud_skew"] += 1
         try:
             self._tokens()
             self._start()
@@ -679,6 +714,7 @@ class LiveSoak:
         finally:
             self._kill()
             self.moto.clear_faults()
+            self.moto.use_clock(None)
             self.term_log.uninstall()
         self.result.wall_s = time.time() - self.t0
         return self.result
