@@ -80,10 +80,24 @@ class FakeNode:
     stop_at: float | None = None
     idle_since: float | None = None
     reason: str = ""
+    machine: str = ""  # the instance whose boot made this node (the VM knows who it is)
 
     @property
     def used(self) -> int:
         return sum(self.alloc.values())
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """One run of a job on a node, as slurmctld's accounting would log it: when it ran, and on
+    which machine (for a burst node, the instance that booted as it)."""
+
+    job_id: str
+    node: str
+    machine: str
+    start_ts: float
+    end_ts: float
+    completed: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +159,8 @@ class FakeSlurm:
         self._t = clock.now().timestamp()
         self.calls: list[tuple[str, str]] = []  # (what, target) for tests and the demo log
         self.requeues: list[tuple[str, str, float, str, bool]] = []
+        self.runs: list[JobRun] = []  # the job log: every run that started, ended or cut short
+        self.boots: list[tuple[str, str, float]] = []  # (node, machine, when it registered)
 
     # ------------------------------------------------------------------ jobs
 
@@ -201,6 +217,8 @@ class FakeSlurm:
             job = self.jobs[jid]
             # (job, node, time, cause, whether it had started running): for the chaos soak
             self.requeues.append((jid, node.name, self._t, cause, node.power == "on"))
+            if node.power == "on" and job.start_ts is not None:
+                self._log_run(job, node, self._t, completed=False)
             job.state, job.start_ts, job.node, job.ran_in = JobState.PENDING, None, "", ""
         node.alloc.clear()
         return ids
@@ -262,6 +280,7 @@ class FakeSlurm:
                 continue
             if inst.state in _UP and n.power == "booting" and n.boot_at is None:
                 n.boot_at = self._t + self.boot_s
+                n.machine = inst.instance_id
                 started.append(n.name)
             elif inst.state in _GONE and n.power in ("on", "booting"):
                 # the VM went away under Slurm: the node stops responding, its jobs requeue
@@ -320,6 +339,7 @@ class FakeSlurm:
                     if job.start_ts is not None and job.start_ts + job.duration_s <= t:
                         job.state, job.end_ts = JobState.COMPLETED, job.start_ts + job.duration_s
                         job.completions += 1
+                        self._log_run(job, n, job.end_ts, completed=True)
                         del n.alloc[jid]
                         if not n.alloc:
                             n.idle_since = job.end_ts
@@ -327,6 +347,7 @@ class FakeSlurm:
                 if n.boot_at is not None and n.boot_at <= t:
                     n.power, n.boot_at, n.powerup_since = "on", None, None
                     n.idle_since = t
+                    self.boots.append((n.name, n.machine, t))
                     for jid in n.alloc:  # Slurm resets the start time when the node is up
                         self.jobs[jid].start_ts = t
                 elif (
@@ -341,6 +362,10 @@ class FakeSlurm:
                 n.power_down_asap = n.drain = False
                 n.reason = ""
         self._settle()
+
+    def _log_run(self, job: FakeJob, node: FakeNode, end: float, *, completed: bool) -> None:
+        assert job.start_ts is not None
+        self.runs.append(JobRun(job.job_id, node.name, node.machine, job.start_ts, end, completed))
 
     def _settle(self) -> None:
         for n in self.nodes.values():

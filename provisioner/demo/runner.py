@@ -21,6 +21,7 @@ from pathlib import Path
 
 from provisioner.clock import ManualClock
 from provisioner.config.models import Policy
+from provisioner.demo.fake_slurm import FakeSlurm
 from provisioner.reconcile.loop import PassReport
 from provisioner.store import Store
 
@@ -62,8 +63,25 @@ def _money(store: Store, now: float) -> dict[str, Decimal]:
     return {r.key[0]: r.cost for r in cost_report(store, ("kind",), 0.0, now + 1.0).rows}
 
 
-def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str, object]:
-    """Run the demo until `duration_s` (wall) or SIGINT/SIGTERM; returns the final figures."""
+@dataclass(frozen=True, slots=True)
+class DemoWorld:
+    """What a benchmark may read once the demo stops, before its cloud goes away: the fake
+    cluster (its job log), moto's endpoint (the cloud's own records) and the demo's clock."""
+
+    fake: FakeSlurm
+    aws_endpoint: str
+    store_path: Path
+    start_ts: float
+    now_ts: float
+
+
+def run_demo(
+    opts: DemoOptions,
+    echo: Callable[[str], None] = print,
+    inspect: Callable[[DemoWorld], None] | None = None,
+) -> dict[str, object]:
+    """Run the demo until `duration_s` (wall) or SIGINT/SIGTERM; returns the final figures.
+    `inspect` sees the world once the controller has stopped."""
     import boto3
 
     from provisioner.api.auth import create_token
@@ -71,7 +89,7 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
     from provisioner.bootstrap import serve as serve_controller
     from provisioner.config import load_policy
     from provisioner.demo.fake_nvml import push as push_nvml
-    from provisioner.demo.fake_slurm import BurstPartition, FakeSlurm
+    from provisioner.demo.fake_slurm import BurstPartition
     from provisioner.demo.trace_slice import demo_jobs
     from provisioner.iac.review import record_pool_creation_review
     from provisioner.reconcile.loop import LoopConfig
@@ -120,7 +138,9 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
             name=j.trace_id,
         )
 
-    moto = FaultyMotoServer(opts.host, 0).start()
+    # The stand-in cloud keeps the demo's clock: its launch stamps and answers' Date headers
+    # are in demo time, as a real cloud's are (near enough) in real time.
+    moto = FaultyMotoServer(opts.host, 0, clock=clock.now).start()
     try:
         settings = load_settings(
             store_url=f"sqlite:///{db}",
@@ -225,7 +245,7 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
                 "accountant and API are the real ones."
             )
             echo(f"  console   {url}/   (open it in a browser; sign in with a token below)")
-            echo(f"  API       {url}   (OpenAPI: {url}/openapi.json)")
+            echo(f"  API       {url}   (docs: {url}/docs, OpenAPI: {url}/openapi.json)")
             echo(f"  viewer    {viewer}")
             echo(f"  operator  {operator}   (POST /v1/operator/pause, /v1/plan)")
             echo(
@@ -234,6 +254,10 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
             )
             echo(f"  also      {url}/v1/decisions  {url}/v1/instances  {url}/metrics")
             echo(f"  store     {db}")
+            echo(
+                "  tokens    more while it runs: .venv/bin/provisioner token create "
+                "--role viewer --name me --demo"
+            )
             stop = f"stops after {opts.duration_s:g} s" if opts.duration_s else "Ctrl-C to stop"
             echo(f"  {stop}.")
 
@@ -269,6 +293,8 @@ def run_demo(opts: DemoOptions, echo: Callable[[str], None] = print) -> dict[str
         )
         echo(json.dumps(result, sort_keys=True))
         store.close()
+        if inspect is not None:
+            inspect(DemoWorld(fake, moto.endpoint, db, t0, now))
         return result
     finally:
         moto.stop()

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, literal, select, update
+from sqlalchemy import ColumnElement, Select, case, func, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -379,6 +379,31 @@ class LedgerStore(StoreBase):
         )
         with self.reading() as s:
             return {str(t): from_micros(int(c or 0)) for t, c in s.execute(q)}
+
+    def instance_costs(
+        self, from_ts: float, to_ts: float, kinds: Sequence[str]
+    ) -> dict[str, tuple[Decimal, Decimal]]:
+        """Per cloud instance, (its cost, the part of it jobs paid) over the ledger rows of
+        `kinds` starting in [from_ts, to_ts): which instances ever ran a job, and what the
+        others cost."""
+        job = func.sum(
+            case((LedgerRow.kind == str(LedgerKind.JOB), LedgerRow.cost_micros), else_=0)
+        )
+        q = (
+            select(LedgerRow.instance_id, func.sum(LedgerRow.cost_micros), job)
+            .where(
+                LedgerRow.instance_id != "",
+                LedgerRow.start_ts >= from_ts,
+                LedgerRow.start_ts < to_ts,
+                LedgerRow.kind.in_([str(k) for k in kinds]),
+            )
+            .group_by(LedgerRow.instance_id)
+        )
+        with self.reading() as s:
+            return {
+                str(iid): (from_micros(int(total or 0)), from_micros(int(jobs or 0)))
+                for iid, total, jobs in s.execute(q)
+            }
 
     def ledger_export(
         self, from_ts: float | None = None, to_ts: float | None = None, *, chunk_rows: int = 2000

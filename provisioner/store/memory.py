@@ -323,6 +323,19 @@ class MemoryLedger:
                 spent[e.team] = spent.get(e.team, 0) + to_micros(e.cost)
         return {team: from_micros(c) for team, c in spent.items()}
 
+    def instance_costs(
+        self, from_ts: float, to_ts: float, kinds: Sequence[str]
+    ) -> dict[str, tuple[Decimal, Decimal]]:
+        wanted = {str(k) for k in kinds}
+        totals: dict[str, list[int]] = {}
+        for e in self._rows:
+            if e.instance_id and from_ts <= e.start_ts < to_ts and str(e.kind) in wanted:
+                t = totals.setdefault(e.instance_id, [0, 0])
+                t[0] += to_micros(e.cost)
+                if e.kind is LedgerKind.JOB:
+                    t[1] += to_micros(e.cost)
+        return {iid: (from_micros(a), from_micros(b)) for iid, (a, b) in totals.items()}
+
     def ledger_export(
         self, from_ts: float | None = None, to_ts: float | None = None, *, chunk_rows: int = 2000
     ) -> Iterator[Sequence[Sequence[Any]]]:

@@ -293,6 +293,13 @@ class Ledger(Protocol):
         with no row are absent."""
         ...
 
+    def instance_costs(
+        self, from_ts: float, to_ts: float, kinds: Sequence[str]
+    ) -> dict[str, tuple[Decimal, Decimal]]:
+        """Per cloud instance with rows of `kinds` starting in [from_ts, to_ts): (its cost, the
+        part of it of kind job)."""
+        ...
+
     def ledger_export(
         self, from_ts: float | None = None, to_ts: float | None = None, *, chunk_rows: int = 2000
     ) -> Iterator[Sequence[Sequence[Any]]]:

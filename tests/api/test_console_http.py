@@ -286,3 +286,41 @@ def test_cross_site_posts_are_refused(fresh: Env):
         follow_redirects=False,
     )
     assert r.status_code == 303
+
+
+def test_overview_shows_the_cloud_waste_share_of_this_month(db_url):
+    """Dollars on instances that never ran a job over all cloud dollars this month: i-1 ran a
+    job ($1.50 of its $2.00), i-2 never did ($2.00 unbound, $1.00 idle); last month's rows and
+    on-prem rows are not counted. By hand: $3.00 of $5.00 = 60.0%."""
+    from api_helpers import NOW, make_env
+
+    from provisioner.account.billing import month_start
+    from provisioner.domain.records import LedgerEntry, LedgerKind
+    from provisioner.store import Store
+
+    store = Store(db_url)
+    m0 = month_start(NOW)
+
+    def row(start: float, cost: str, kind: LedgerKind, iid: str = "") -> LedgerEntry:
+        return LedgerEntry(start, start + 60, kind, Decimal(cost), instance_id=iid)
+
+    store.add_ledger(
+        [
+            row(NOW - 600, "1.50", LedgerKind.JOB, "i-1"),
+            row(NOW - 540, "0.50", LedgerKind.IDLE, "i-1"),
+            row(NOW - 600, "2.00", LedgerKind.UNBOUND, "i-2"),
+            row(NOW - 540, "1.00", LedgerKind.IDLE, "i-2"),
+            row(NOW - 600, "7.00", LedgerKind.ONPREM),
+            row(m0 - 3600, "9.00", LedgerKind.UNBOUND, "i-0"),  # last month
+        ]
+    )
+    env = make_env(store)
+    try:
+        sign_in(env, "viewer")
+        page = env.client.get("/").text
+    finally:
+        env.client.close()
+        store.close()
+    tile = page[page.index('id="tile-waste"') :]
+    assert re.search(r'id="waste-share">60\.0%<', tile)
+    assert "$3.00" in tile and "$5.00" in tile and "1 of 2 instance(s)" in tile

@@ -282,6 +282,26 @@ def test_spend_by_team_counts_whole_utc_days(ledger: Ledger) -> None:
     assert ledger.spend_by_team(T0 + DAY, T0 + DAY + 10, CLOUD_KINDS) == {}  # no whole day
 
 
+def test_instance_costs_say_which_instances_ran_a_job(ledger: Ledger) -> None:
+    ledger.add_ledger(
+        [
+            entry(T0, "1.50", instance_id="i-1", job_id="j-1"),
+            entry(T0 + 60, "0.50", LedgerKind.IDLE, instance_id="i-1"),
+            entry(T0, "2.00", LedgerKind.UNBOUND, instance_id="i-2"),
+            entry(T0 + 120, "0.25", LedgerKind.ORPHAN, instance_id="i-3"),
+            entry(T0, "5.00", LedgerKind.ONPREM, job_id="j-9"),  # no instance: not counted
+            entry(T0 + DAY, "9.00", LedgerKind.IDLE, instance_id="i-2"),  # outside the window
+        ]
+    )
+    got = ledger.instance_costs(T0, T0 + DAY, CLOUD_KINDS)
+    assert got == {
+        "i-1": (Decimal("2.00"), Decimal("1.50")),
+        "i-2": (Decimal("2.00"), Decimal(0)),
+        "i-3": (Decimal("0.25"), Decimal(0)),
+    }
+    assert ledger.instance_costs(T0, T0 + DAY, ["job"]) == {"i-1": (Decimal("1.50"),) * 2}
+
+
 def test_ledger_export_streams_tuples_of_the_export_columns(ledger: Ledger) -> None:
     e = LedgerEntry(
         start_ts=T0 + 60,

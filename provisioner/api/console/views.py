@@ -15,7 +15,9 @@ from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any
 
+from provisioner.account.billing import month_start
 from provisioner.account.budgets import CLOUD_KINDS, budget_status
+from provisioner.account.cloud_waste import cloud_waste
 from provisioner.account.gpu_waste import DEFAULT_ALERT_MAX_AGE_S, gpu_alerts, gpu_waste
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, parse_kinds
 from provisioner.api import render
@@ -136,6 +138,8 @@ def overview(deps: ApiDeps) -> dict[str, Any]:
     cap = b["global"]["usd_per_hour_cap"]
     burn = Decimal(b["global"]["burn_usd_hr"])
     out["burn_ratio"] = float(burn / Decimal(cap)) if cap not in (None, "0") else None
+    # waste at a glance: this month's cloud dollars on instances that never ran a job
+    out["waste"] = cloud_waste(store, month_start(now), now + 1.0)
     out["operator"] = render.operator_dict(store.operator_state())
     out["pools"] = [render.pool_dict(p) for p in store.pools()]
     out["decisions"] = [decision_row(d) for d in _decisions(deps, limit=8)]
