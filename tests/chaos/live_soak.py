@@ -71,13 +71,19 @@ import yaml
 
 from provisioner.demo.chaos import (
     CLOUD_FAULTS,
-    FAULT_KINDS,
     REGION,
     backup_sqlite,
     capacity_of,
     catalog_prices,
     inject_cloud_fault,
 )
+from provisioner.demo.chaos import (
+    FAULT_KINDS as SOAK_FAULT_KINDS,
+)
+
+# The controller process runs on the host's clock, which it shares with slurmctld: it is not
+# stepped here (the in-process soak steps the controller's wall clock).
+FAULT_KINDS = tuple(k for k in SOAK_FAULT_KINDS if k != "clock_step")
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_POLICIES = REPO / "policies" / "demo" / "slurm"
