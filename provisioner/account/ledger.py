@@ -11,6 +11,7 @@ window was billed has already been counted as idle (`settle_s` delays billing to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import pairwise
@@ -55,9 +56,11 @@ class InstanceBill:
 
 
 def billing_window(
-    si: StoredInstance, now_ts: float, *, settle_s: float = 0.0
+    si: StoredInstance, now_ts: float, *, settle_s: float = 0.0, hold_at: float | None = None
 ) -> tuple[float, float, float] | None:
-    """The window to bill for `si` at `now_ts`: (from, to, minimum top-up seconds), or None."""
+    """The window to bill for `si` at `now_ts`: (from, to, minimum top-up seconds), or None.
+    `hold_at`: a live record whose VM the clouds no longer list is billed no further than when
+    it was first missed, until its record is closed (or the VM is listed again)."""
     inst = si.instance
     start = billing_start(inst)
     if start is None:
@@ -69,6 +72,8 @@ def billing_window(
     else:
         end_run = None
         horizon = now_ts - settle_s
+        if hold_at is not None:
+            horizon = min(horizon, hold_at)
     a = si.billed_until_ts if si.billed_until_ts is not None else start
     b = max(a, horizon)
     final = end_run is not None and b >= end_run
@@ -88,11 +93,13 @@ class Accountant:
     def _team_for(self, account: str) -> str:
         return self.policy.budgets.team_for(account)
 
-    def run(self, now_ts: float) -> AccountingResult:
-        return self.bill_instances(now_ts) + self.bill_onprem(now_ts)
+    def run(self, now_ts: float, missing: Mapping[str, float] | None = None) -> AccountingResult:
+        return self.bill_instances(now_ts, missing) + self.bill_onprem(now_ts)
 
-    def instance_bill(self, si: StoredInstance, now_ts: float) -> InstanceBill | None:
-        window = billing_window(si, now_ts, settle_s=self.settle_s)
+    def instance_bill(
+        self, si: StoredInstance, now_ts: float, hold_at: float | None = None
+    ) -> InstanceBill | None:
+        window = billing_window(si, now_ts, settle_s=self.settle_s, hold_at=hold_at)
         if window is None:
             return None
         a, b, extra = window
@@ -112,10 +119,15 @@ class Accountant:
         mark = BillingMark(inst.instance_id, si.billed_until_ts, b, (b - a) + extra)
         return InstanceBill(tuple(entries), mark)
 
-    def bill_instances(self, now_ts: float) -> AccountingResult:
+    def bill_instances(
+        self, now_ts: float, missing: Mapping[str, float] | None = None
+    ) -> AccountingResult:
+        """`missing`: instance id -> when a complete listing first lacked it (see
+        `billing_window`)."""
         result = AccountingResult()
+        gone = missing or {}
         for si in self.store.instances(needs_billing=True):
-            bill = self.instance_bill(si, now_ts)
+            bill = self.instance_bill(si, now_ts, gone.get(si.instance.instance_id))
             if bill is None:
                 if si.instance.state.terminal and si.billed_until_ts is None:
                     # Ended without ever running: nothing to bill, ever. Close its books.

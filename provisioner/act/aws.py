@@ -591,8 +591,11 @@ _ENDED = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)")
 
 def _ended_ts(reason: str) -> float | None:
     """EC2 says when an instance stopped or terminated only in its StateTransitionReason:
-    "User initiated (2026-03-02 00:12:00 GMT)"."""
+    "User initiated (2026-03-02 00:12:00 GMT)", cut to the second. The end of that second is
+    returned: the latest the instance can have stopped running (billing ends there at most a
+    second late, never early)."""
     m = _ENDED.search(reason)
     if m is None:
         return None
-    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+    at = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+    return at + 1.0

@@ -60,6 +60,8 @@ class SkewEstimate:
     uncertainty_s: float  # half the width of the agreed span
     samples: int  # how many recent samples agree with it
     measured_ts: float
+    lo_s: float = 0.0  # the agreed span: the skew lies in [lo_s, hi_s]
+    hi_s: float = 0.0
 
     @property
     def warning(self) -> bool:
@@ -136,21 +138,30 @@ class SkewTracker:
             return None
         lo, hi, n = agreed_span(samples)
         skew = min(hi, max(lo, 0.0))  # the smallest correction within the agreed span
-        return SkewEstimate(cloud, account, skew, (hi - lo) / 2, n, max(s.at_ts for s in samples))
+        at = max(s.at_ts for s in samples)
+        return SkewEstimate(cloud, account, skew, (hi - lo) / 2, n, at, lo, hi)
 
     def estimates(self) -> list[SkewEstimate]:
         with self._lock:
             keys = sorted({(c, a) for c, a, _ in self._samples})
         return [e for k in keys if (e := self.estimate(*k)) is not None]
 
-    def skew_by_cloud(self) -> dict[str, float]:
-        """The skew to translate each cloud's stamps by (an account per cloud per controller;
-        with several, the one measured last)."""
-        out: dict[str, tuple[float, float]] = {}
+    def by_cloud(self) -> dict[str, SkewEstimate]:
+        """Each cloud's estimate (an account per cloud per controller; with several, the one
+        measured last)."""
+        out: dict[str, SkewEstimate] = {}
         for e in self.estimates():
-            if e.cloud not in out or e.measured_ts >= out[e.cloud][1]:
-                out[e.cloud] = (e.skew_s, e.measured_ts)
-        return {cloud: skew for cloud, (skew, _) in out.items()}
+            if e.cloud not in out or e.measured_ts >= out[e.cloud].measured_ts:
+                out[e.cloud] = e
+        return out
+
+    def skew_by_cloud(self) -> dict[str, float]:
+        """The skew to translate each cloud's stamps by."""
+        return {cloud: e.skew_s for cloud, e in self.by_cloud().items()}
+
+    def span_by_cloud(self) -> dict[str, tuple[float, float]]:
+        """The span each cloud's skew lies in (see `CloudStamps` in reconcile/sync.py)."""
+        return {cloud: (e.lo_s, e.hi_s) for cloud, e in self.by_cloud().items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ NVML agents' samples."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from provisioner.account.energy import bill_energy
@@ -32,11 +33,19 @@ class AccountingStep:
         self._pruned_ts: float | None = None
         self.closed: tuple[JobUsage, ...] = ()  # the records the last pass closed
 
-    def run(self, view: ClusterSnapshot, now: float, report: PassReport) -> None:
+    def run(
+        self,
+        view: ClusterSnapshot,
+        now: float,
+        report: PassReport,
+        missing: Mapping[str, float] | None = None,
+    ) -> None:
+        """`missing`: when a complete listing first lacked each live record's instance (billed
+        no further, see `account.ledger.billing_window`)."""
         self.closed = ()
         if not view.stale:
             self._record_usage(view, now)
-        res: AccountingResult = self.accountant.run(now)
+        res: AccountingResult = self.accountant.run(now, missing)
         report.ledger_rows = res.rows
         report.ledger_usd = res.cost
         onprem = {n.name for n in view.nodes if n.kind is NodeKind.ONPREM}

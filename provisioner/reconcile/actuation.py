@@ -220,7 +220,7 @@ class PassActuation:
         recent = self.store.intents(
             kind=IntentKind.SCALE_UP, since_ts=now - self.config.intent_window_s
         )
-        stamps = CloudStamps(self.ctx.skews.skew_by_cloud())
+        stamps = CloudStamps(self.ctx.skews.skew_by_cloud(), self.ctx.skews.span_by_cloud())
         adopt = plan_adoptions(
             listed,
             self.ctx.records(now),
@@ -228,7 +228,7 @@ class PassActuation:
             controller=self.controller,
             now_ts=now,
             stamps=stamps,
-            first_request_ts=self.store.first_intent_ts(IntentKind.SCALE_UP),
+            unknown_floor_ts=now - self.config.terminal_window_s,
         )
         adopted = {a.instance.instance_id for a in adopt}
         for o in listed:

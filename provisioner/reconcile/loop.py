@@ -32,18 +32,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from provisioner.account.ledger import Accountant
 from provisioner.act.backoff_feed import BackoffSettings
 from provisioner.act.cloud_actuator import CloudActuator
-from provisioner.act.ports import OwnedInstance
 from provisioner.clock import ClockMark, SteadyClock
 from provisioner.domain.instances import DEFAULT_STATE_TIMEOUTS_S, InstanceState, join_lease_s
 from provisioner.domain.intents import IntentKind
 from provisioner.domain.plan import Decision, Plan, ReasonCode
-from provisioner.domain.records import StoredInstance
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.gpu_view import planning_view
@@ -66,6 +64,7 @@ from provisioner.reconcile.context import (
     ReconcilerDeps,
 )
 from provisioner.reconcile.leadership import Leadership
+from provisioner.reconcile.listing_memory import ListingMemory
 from provisioner.reconcile.outcomes import error_code, rebuild_backoff
 from provisioner.reconcile.recovery import recover_intents
 from provisioner.reconcile.runtime_learning import RuntimeLearner
@@ -140,8 +139,7 @@ class Reconciler:
         # metrics show it instead of the last good pass's empty error list.
         self.failed_passes = 0
         self.last_failure: tuple[float, str] | None = None
-        self._first_seen: dict[str, float] = {}
-        self._gone_since: dict[str, float] = {}
+        self.listings = ListingMemory()  # first/last listed, gone since: the controller's clock
         self._skew_warned: set[tuple[str, str]] = set()
         now = self.ctx.now()
         self.store.sync_pools(self.policy.pools, now)
@@ -210,8 +208,9 @@ class Reconciler:
         report.stale = snap.stale
         owned, complete = list_owned(self.deps.clouds, self.controller, report)
         listed = {o.instance_id: o for o in owned}
-        self._see(owned, complete, now)
         records = self.ctx.records(now)
+        live = (si.instance.instance_id for si in records if not si.instance.state.terminal)
+        self.listings.observe(owned, complete, live, now)
         intents = self.store.intents(
             kind=IntentKind.SCALE_UP, since_ts=now - self.config.intent_window_s
         )
@@ -235,9 +234,11 @@ class Reconciler:
                 sweep_approved=operator.sweep_approved,
                 closed_window_s=self.config.terminal_window_s,
                 skew_s=self.ctx.skews.skew_by_cloud(),
-                first_seen=self._first_seen,
+                skew_span_s=self.ctx.skews.span_by_cloud(),
+                first_seen=self.listings.first_seen,
                 first_request_ts=self.store.first_intent_ts(IntentKind.SCALE_UP),
-                gone_since=self._gone(records, listed, complete, now),
+                last_alive=self.listings.last_alive,
+                gone_since=self.listings.gone_since,
             )
         )
         for w in splan.warnings:
@@ -259,7 +260,7 @@ class Reconciler:
         if not view.stale:
             self.actuation.act(plan, view, listed, now, report)
         report.errors.extend(self.nodes.sync(now))
-        self.accounting.run(view, now, report)
+        self.accounting.run(view, now, report, self.listings.gone_since)
         self.runtimes.learn(self.accounting.closed, now)
         self._keep_clocks(now)
         self.last_snapshot = view
@@ -268,34 +269,6 @@ class Reconciler:
         report.seconds = time.monotonic() - t0
         self.last_report = report
         return report
-
-    def _see(self, owned: list[OwnedInstance], complete: bool, now: float) -> None:
-        """When this controller first saw each listed instance (the orphan grace counts from
-        it, on its own clock). A restart forgets: the grace then starts again, never shorter."""
-        for o in owned:
-            self._first_seen.setdefault(o.instance_id, now)
-        if complete:
-            listed = {o.instance_id for o in owned}
-            for iid in [i for i in self._first_seen if i not in listed]:
-                del self._first_seen[iid]
-
-    def _gone(
-        self,
-        records: list[StoredInstance],
-        listed: Mapping[str, OwnedInstance],
-        complete: bool,
-        now: float,
-    ) -> dict[str, float]:
-        """When a complete listing first lacked each live record's instance (its billing ends
-        there when the cloud gives no end stamp). A restart forgets: then it is the first pass
-        after it."""
-        live = {si.instance.instance_id for si in records if not si.instance.state.terminal}
-        for iid in [i for i in self._gone_since if i not in live or i in listed]:
-            del self._gone_since[iid]
-        if complete:
-            for iid in live - listed.keys():
-                self._gone_since.setdefault(iid, now)
-        return self._gone_since
 
     def _keep_clocks(self, now: float) -> None:
         """Store where the clock stands (a restart on this boot carries on from it; the

@@ -172,8 +172,10 @@ class SyncInput:
     max_disagreements: int = 5
     sweep_approved: bool = False
     closed_window_s: float = 86_400.0  # closed records the store passes in (see `records`)
-    # cloud -> its measured skew (the cloud's clock minus the controller's), seconds
+    # cloud -> its measured skew (the cloud's clock minus the controller's), seconds, and the
+    # span the measurement puts it in
     skew_s: Mapping[str, float] = field(default_factory=dict)
+    skew_span_s: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     # instance id -> when the controller first saw it listed (the orphan grace counts from it)
     first_seen: Mapping[str, float] = field(default_factory=dict)
     # the earliest scale-up intent the store holds: nothing was requested before it (the floor
@@ -183,6 +185,9 @@ class SyncInput:
     # without an end stamp (GCE forgets deleted VMs) is billed until then, not until the
     # sweep gets round to closing its record
     gone_since: Mapping[str, float] = field(default_factory=dict)
+    # instance id -> the last pass whose listing showed it alive: a VM the controller itself
+    # terminated that vanished with no end stamp stopped running by then, or at the call
+    last_alive: Mapping[str, float] = field(default_factory=dict)
 
 
 # The skew is measured to about a second (whole-second Date headers): a launch stamp less than
@@ -191,23 +196,42 @@ REPLACED_MARGIN_S = 5.0
 
 
 class CloudStamps:
-    """Cloud stamps turned into evidence, with a warning for each far outside."""
+    """Cloud stamps turned into evidence, with a warning for each far outside. Where the
+    measured skew is a span rather than a point (whole-second Date headers), every stamp is
+    translated to the latest time the span allows: billing never starts before the cloud's
+    start, whatever the measurement's error, and an end is never cut short (it is capped by
+    when the controller saw it anyway). Durations are unchanged: both ends move alike."""
 
-    def __init__(self, skew_s: Mapping[str, float]) -> None:
+    def __init__(
+        self,
+        skew_s: Mapping[str, float],
+        span_s: Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
         self.skew_s = skew_s
+        self.span_s = span_s or {}
         self.warnings: list[str] = []
 
-    def launched_before(self, o: OwnedInstance, ts: float) -> bool:
-        """The cloud launched `o` well before `ts` (controller time), by its stamp."""
-        if o.launched_ts is None:
-            return False
-        return o.launched_ts - self.skew_s.get(o.cloud, 0.0) < ts - REPLACED_MARGIN_S
+    def _skew(self, cloud: str) -> float:
+        span = self.span_s.get(cloud)
+        return span[0] if span is not None else self.skew_s.get(cloud, 0.0)
+
+    def floor_for(self, o: OwnedInstance, requested: float, unknown_floor: float) -> float:
+        """The earliest `o` may be billed from, asked for at `requested` as far as the store
+        knows. A launch stamp well before that, on a cloud whose clock is measured, is a
+        machine asked for earlier than the store remembers: its group's own replacement of an
+        interrupted member, or one whose request went with a store restored from an older
+        copy. Its stamp is billed, no earlier than `unknown_floor` (a day back). On a cloud
+        not measured yet, such a stamp may be the cloud's clock: clamped to the request."""
+        if o.launched_ts is None or o.cloud not in self.skew_s:
+            return requested
+        launched = o.launched_ts - self._skew(o.cloud)
+        return unknown_floor if launched < requested - REPLACED_MARGIN_S else requested
 
     def __call__(
         self, o: OwnedInstance, cloud_ts: float | None, lo: float, hi: float, what: str
     ) -> Evidence:
         skew = self.skew_s.get(o.cloud, 0.0)
-        ev = evidence_ts(cloud_ts, skew, lo, hi)
+        ev = evidence_ts(cloud_ts, self._skew(o.cloud), lo, hi)
         if abs(ev.off_s) > WARN_SKEW_S:
             when = "in the future" if ev.off_s > 0 else "before it was requested"
             self.warnings.append(
@@ -238,7 +262,7 @@ def plan_adoptions(
     controller: str,
     now_ts: float,
     stamps: CloudStamps | None = None,
-    first_request_ts: float | None = None,
+    unknown_floor_ts: float | None = None,
 ) -> tuple[Adopt, ...]:
     """Match tagged instances the store does not know to the scale-up intents that launched
     them: same node group, the intent has room left, the decision tag preferred (moto lets the
@@ -278,15 +302,10 @@ def plan_adoptions(
         tag = o.tags.get(TAG_DECISION, "")
         it = next((c for c in cands if c.decision_id == tag), cands[0])
         used[it.token] = used.get(it.token, 0) + 1
-        asked = it.created_ts
-        if stamps.launched_before(o, asked):
-            # A replacement the group launched on its own for an interrupted member was asked
-            # for by an earlier request (the one that sized the group), not by the intent
-            # adopting it: billed from its launch, floored at the group's first request in
-            # view or the store's first scale-up.
-            asked = min(c.created_ts for c in by_group[group_of(o)])
-            if first_request_ts is not None:
-                asked = min(asked, first_request_ts)
+        # the group's replacement of an interrupted member, or a machine whose request a
+        # restored store forgot, was asked for before the intent adopting it
+        floor = unknown_floor_ts if unknown_floor_ts is not None else it.created_ts
+        asked = stamps.floor_for(o, it.created_ts, floor)
         launch = stamps(o, o.launched_ts, asked, now_ts, "launch")
         out.append(Adopt(it.token, _adopted(o, it, now_ts, launch)))
     return tuple(out)
@@ -341,7 +360,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
     now = inp.now_ts
     snap = inp.snapshot
     fresh_view = not snap.stale
-    stamps = CloudStamps(inp.skew_s)
+    stamps = CloudStamps(inp.skew_s, inp.skew_span_s)
     adopt = plan_adoptions(
         inp.owned,
         inp.records,
@@ -349,7 +368,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
         controller=inp.controller,
         now_ts=now,
         stamps=stamps,
-        first_request_ts=inp.first_request_ts,
+        unknown_floor_ts=now - inp.closed_window_s,
     )
     records = [*inp.records, *(StoredInstance(a.instance, intent_token=a.token) for a in adopt)]
     owned = {o.instance_id: o for o in inp.owned if o.controller == inp.controller}
@@ -411,19 +430,14 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
         gone = o is None or o.state is CloudState.TERMINATED
         if gone:
             if state is S.TERMINATING and (inp.listing_complete or o is not None):
-                # ended at the cloud's stamp where it gave one (EC2 lists terminated
-                # instances for a while), no earlier than the terminate call
-                end = (
-                    stamps(o, o.ended_ts, inst.entered_state_ts, now, "termination") if o else None
-                )
-                moves.append(Move(iid, S.TERMINATED, "gone from the cloud",
-                                  end.ts if end else None))  # fmt: skip
+                end = _terminated_at(o, inst, inp, stamps)
+                moves.append(Move(iid, S.TERMINATED, "gone from the cloud", end))
             elif o is not None:
                 # The cloud itself says it terminated it (a spot reclaim): fail it now, and
                 # release its slot so its group does not launch a replacement nobody asked for
                 # (the terminate call shrinks the group; an already-gone id is a no-op).
-                end = stamps(o, o.ended_ts, inst.launched_ts, now, "termination")
-                moves.append(Move(iid, S.FAILED, "interrupted: the cloud terminated it", end.ts))
+                ended = stamps(o, o.ended_ts, inst.launched_ts, now, "termination")
+                moves.append(Move(iid, S.FAILED, "interrupted: the cloud terminated it", ended.ts))
                 if inst.node_name and fresh_view:
                     fixes[inst.node_name] = NodeFix(inst.node_name, "fail", "cloud instance lost")
                 kills[iid] = Kill(iid, o, "release the slot of an interrupted instance",
@@ -554,9 +568,9 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
                 and o.ended_ts is not None
                 and o.ended_ts - inp.skew_s.get(o.cloud, 0.0) >= now - inp.closed_window_s
             ):
-                orphans.append(orphan_record(o, inp.offers, now, stamps, _asked(o, inp)))
+                orphans.append(orphan_record(o, inp.offers, now, stamps, _asked(o, inp, stamps)))
         for o in found:
-            orphans.append(orphan_record(o, inp.offers, now, stamps, _asked(o, inp)))
+            orphans.append(orphan_record(o, inp.offers, now, stamps, _asked(o, inp, stamps)))
             if o.pool in unheld_busy:
                 for name in unheld_busy[o.pool]:
                     if nodes[name].state is not NodeState.DRAINING:
@@ -617,16 +631,34 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
     )
 
 
-def _asked(o: OwnedInstance, inp: SyncInput) -> float:
-    """The earliest an orphan can have been asked for: its decision's intent where in view,
-    else the store's first intent, else a day back (a store started afresh)."""
+def _terminated_at(
+    o: OwnedInstance | None, inst: CloudInstance, inp: SyncInput, stamps: CloudStamps
+) -> float:
+    """When an instance this controller terminated stopped running: the cloud's end stamp
+    where it gave one (EC2 lists terminated instances for a while), no earlier than the
+    terminate call; else (GCE forgets a deleted VM) the call itself, or the last pass that
+    still listed it alive after it. Never when the controller noticed it missing: a pass that
+    could not list (a kill, a throttled listing) would bill time the cloud did not."""
+    called = inst.entered_state_ts
+    if o is not None and o.ended_ts is not None:
+        return stamps(o, o.ended_ts, called, inp.now_ts, "termination").ts
+    return min(inp.now_ts, max(called, inp.last_alive.get(inst.instance_id, called)))
+
+
+def _asked(o: OwnedInstance, inp: SyncInput, stamps: CloudStamps) -> float:
+    """The earliest an orphan may be billed from: when it was asked for, as far as the store
+    knows (its decision's intent where in view, else the store's first intent, else a day
+    back), or earlier on a measured cloud's stamp (`CloudStamps.floor_for`)."""
+    day_back = inp.now_ts - inp.closed_window_s
     tag = o.tags.get(TAG_DECISION, "")
     mine = [it.created_ts for it in inp.intents if tag and it.decision_id == tag]
     if mine:
-        return min(mine)
-    if inp.first_request_ts is not None:
-        return inp.first_request_ts
-    return inp.now_ts - inp.closed_window_s
+        requested = min(mine)
+    elif inp.first_request_ts is not None:
+        requested = inp.first_request_ts
+    else:
+        requested = day_back
+    return stamps.floor_for(o, requested, day_back)
 
 
 def busy_nodes(snap: ClusterSnapshot) -> frozenset[str]:

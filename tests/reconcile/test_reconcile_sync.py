@@ -145,11 +145,12 @@ def test_a_group_replacement_adopted_by_a_later_intent_is_billed_from_its_launch
     # The group replaced an interrupted instance at NOW - 180 on its own; the controller's
     # next scale-up intent (NOW - 40) adopts it. The cloud has billed since the launch, so the
     # ledger must too (the chaos soak found 120 s of such a machine outside the books).
-    # The scale-up that sized the group (NOW - 3600) asked for it.
+    # The scale-up that sized the group asked for it, before the intent adopting it: on a
+    # cloud whose clock is measured, its stamp is billed.
     p = sync(
         own=[owned("i-r", launched=NOW - 180)],
         intents=[intent(nodes=1)],
-        first_request_ts=NOW - 3600,
+        skew_s={"aws": 0.0},
     )
     (a,) = p.adopt
     assert a.instance.history[-1].to_state is S.ALLOCATED
@@ -158,8 +159,8 @@ def test_a_group_replacement_adopted_by_a_later_intent_is_billed_from_its_launch
 
 
 def test_a_launch_stamp_before_any_request_is_clamped_to_the_request_and_named():
-    """A cloud clock 3 minutes behind, no skew measured yet, no earlier request: billing
-    starts at the request, never before it, and a warning names the instance and the gap."""
+    """A cloud clock 3 minutes behind and no skew measured yet: billing starts at the request,
+    never before it, and a warning names the instance and the gap."""
     p = sync(own=[owned("i-s", launched=NOW - 220)], intents=[intent(nodes=1)])
     (a,) = p.adopt
     assert a.instance.history[-1].cloud_ts == NOW - 40  # the intent's creation
