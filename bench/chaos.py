@@ -102,12 +102,11 @@ def _merge(acc: dict[str, object], one: dict[str, object]) -> dict[str, object]:
         return dict(one)
     merged = dict(acc)
     keys = ("seeds", "faults", "checks", "violations", "jobs", "instances", "gcp_instances",
-            "kills", "lost_to_rollback")  # fmt: skip
+            "kills", "lost_to_rollback", "overbilled_after_rollback")  # fmt: skip
     for key in keys:
         merged[key] = int(acc[key]) + int(one[key])  # type: ignore[call-overload]
-    merged["lost_to_rollback_usd"] = str(
-        Decimal(str(acc["lost_to_rollback_usd"])) + Decimal(str(one["lost_to_rollback_usd"]))
-    )
+    for key in ("lost_to_rollback_usd", "overbilled_after_rollback_usd"):
+        merged[key] = str(Decimal(str(acc[key])) + Decimal(str(one[key])))
     kinds = dict(acc["faults_by_kind"])  # type: ignore[call-overload]
     for k, v in dict(one["faults_by_kind"]).items():  # type: ignore[call-overload]
         kinds[k] = kinds.get(k, 0) + v
