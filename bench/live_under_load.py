@@ -40,7 +40,9 @@ def one_run(markers: str, env: dict[str, str], extra: list[str]) -> dict[str, An
            "-m", markers, *extra]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     out = proc.stdout + proc.stderr
-    summary = next((ln for ln in reversed(out.splitlines()) if " in " in ln and "=" in ln), "")
+    summary = next(
+        (ln for ln in reversed(out.splitlines()) if _COUNTS.search(ln) and " in " in ln), ""
+    )
     counts = {k.rstrip("s"): int(n) for n, k in _COUNTS.findall(summary)}
     failures = [ln.split(" ", 1)[1].split(" - ")[0] for ln in out.splitlines()
                 if ln.startswith(("FAILED ", "ERROR "))]  # fmt: skip
