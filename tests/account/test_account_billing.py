@@ -178,6 +178,17 @@ def test_running_instance_is_billed_up_to_now_not_beyond(store):
     assert acct.run(T0 + 1200).cost == D("1.200000")
 
 
+def test_a_running_record_whose_vm_vanished_is_billed_no_further_than_when_first_missed(store):
+    """The clouds stopped listing i-7 at T0 + 300 and the sweep has not closed its record yet:
+    the accountant holds there (by hand: 5 minutes at $7.2/h = $0.60), and bills on from there
+    if the VM is listed again."""
+    launch(store, "i-7", at=T0, price="7.2")
+    acct = Accountant(store, POLICY)
+    assert acct.run(T0 + 600, {"i-7": T0 + 300}).cost == D("0.600000")
+    assert acct.run(T0 + 900, {"i-7": T0 + 300}).rows == 0
+    assert acct.run(T0 + 900).cost == D("1.200000")  # listed again: the rest up to now
+
+
 def test_onprem_is_amortised_per_gpu_hour(store):
     # $1.20/GPU-h x 8 GPUs x 3600 s = $9.60; a running job is billed up to now.
     store.record_job_usage(

@@ -333,3 +333,36 @@ def test_a_vm_that_vanished_is_billed_until_the_controller_first_missed_it():
     )
     (m,) = [m for m in p.moves if m.instance_id == "i-1"]
     assert (m.to, m.cloud_ts) == (S.FAILED, NOW)
+
+
+def test_a_vm_this_controller_terminated_ends_at_the_call_or_when_last_seen_alive():
+    """GCE forgets a deleted VM: billing ends at the terminate call, or later if a listing still
+    showed it alive after the call; never when a pass (blind for a while) noticed it missing."""
+    rec = record("i-1", S.TERMINATING, since=NOW - 180)  # the terminate call at NOW - 180
+    p = sync([rec], [], now=NOW)
+    (m,) = p.moves
+    assert (m.to, m.cloud_ts) == (S.TERMINATED, NOW - 180)
+    p = plan_sync(
+        SyncInput(
+            NOW, CTL, [rec], [], True, ClusterSnapshot(taken_ts=NOW), last_alive={"i-1": NOW - 120}
+        )
+    )
+    (m,) = p.moves
+    assert m.cloud_ts == NOW - 120
+
+
+def test_listing_memory_keeps_what_the_controller_saw():
+    from provisioner.reconcile.listing_memory import ListingMemory
+
+    mem = ListingMemory()
+    alive = owned("i-1")
+    mem.observe([alive], True, ["i-1"], NOW)
+    mem.observe([alive], False, ["i-1", "i-2"], NOW + 60)  # partial: nothing is missing
+    assert mem.first_seen == {"i-1": NOW} and mem.last_alive == {"i-1": NOW + 60}
+    assert mem.gone_since == {}
+    mem.observe([], True, ["i-1", "i-2"], NOW + 120)
+    assert mem.gone_since == {"i-1": NOW + 120, "i-2": NOW + 120}
+    mem.observe([], True, ["i-1"], NOW + 180)  # i-2's record closed; i-1 still missing
+    assert mem.gone_since == {"i-1": NOW + 120}
+    mem.observe([alive], True, ["i-1"], NOW + 240)  # listed again: not gone after all
+    assert mem.gone_since == {} and mem.last_alive["i-1"] == NOW + 240
