@@ -237,4 +237,5 @@ class PassActuation:
                 probe.launched(o.launched_ts, now, received)
         for w in stamps.warnings:
             log.warning("%s", w)
+        report.warnings.extend(stamps.warnings)
         self._adopt(adopt, now, report, say=False)

@@ -346,9 +346,21 @@ class Reconciler:
                     "last_pass_seconds": round(r.seconds, 3),
                     "last_pass_stale": r.stale,
                     "last_pass_errors": list(r.errors[:10]),
+                    # e.g. a cloud stamp far off what the controller saw, clamped
+                    "last_pass_warnings": list(r.warnings[:10]),
                 }
             )
         out["failed_passes"] = self.failed_passes
+        out["cloud_clocks"] = [
+            {
+                "cloud": e.cloud,
+                "account": e.account,
+                "skew_s": round(e.skew_s, 3),
+                "uncertainty_s": round(e.uncertainty_s, 3),
+                "warning": e.warning,
+            }
+            for e in self.ctx.skews.estimates()
+        ]
         f = self.last_failure
         if f is not None:
             out["last_pass_failure"] = {"at_ts": f[0], "error": f[1]}

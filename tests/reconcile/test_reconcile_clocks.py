@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -92,6 +93,9 @@ def test_a_cloud_ten_minutes_ahead_is_measured_and_billed_on_its_own_durations(d
     )
     assert 'cloud="aws"' in line and float(line.rsplit(" ", 1)[1]) == pytest.approx(600.0, abs=1.0)
     assert 'provisioner_cloud_clock_skew_warning{account="default",cloud="aws"} 1.0' in text
+    # and in /v1/status, beside the last pass's errors and warnings
+    (cc,) = c.reconciler.status()["cloud_clocks"]
+    assert cc["cloud"] == "aws" and cc["warning"] and cc["skew_s"] == pytest.approx(600, abs=1)
 
 
 def test_the_controller_clock_stepped_back_never_dates_a_step_before_the_last(db_url, moto):
@@ -137,3 +141,28 @@ def test_the_controller_wall_clock_stepped_an_hour_forward_is_not_an_hour_of_any
                                                            S.JOINING, S.READY]  # fmt: skip
     assert not any("did not join" in t.reason for t in si.instance.history)
     _check_books(c, moto.endpoint)
+
+
+def test_a_launch_stamp_far_in_the_future_is_named_in_the_pass_warnings(db_url, moto):
+    """A stand-in whose launch stamps run an hour ahead of its own Date headers (a cloud with
+    a broken clock): the instance is billed from when the controller saw it, the pass names
+    it in its warnings (and /v1/status), and the loop goes on."""
+    import moto.ec2.models.instances as moto_instances
+
+    clock = start_clock()
+    moto.use_clock(clock.now)  # Date headers on the test's clock: skew 0
+    stamps: Any = moto_instances  # launch stamps an hour ahead (use_clock(None) restores)
+    stamps.utcnow = lambda: (clock.now() + timedelta(hours=1)).replace(tzinfo=None)
+    fake = make_fake(clock, clock.now().timestamp())
+    c = make_controller(db_url, clock, fake, moto.endpoint)
+    warned: list[str] = []
+    for _ in range(3):
+        r = c.reconciler.run_pass()
+        assert not r.errors, r.errors
+        warned += r.warnings
+        clock.advance(TICK)
+    (si,) = c.store.instances()
+    named = [w for w in warned if si.instance.instance_id in w]
+    assert named and "3600 s in the future" in named[0] and "measured skew +0.0 s" in named[0]
+    alloc = next(t for t in si.instance.history if t.to_state is S.ALLOCATED)
+    assert alloc.cloud_ts is not None and alloc.cloud_ts <= alloc.at_ts  # never in the future
