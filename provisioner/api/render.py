@@ -85,6 +85,7 @@ def instance_dict(si: StoredInstance, *, history: bool = True) -> dict[str, Any]
                 "from": str(t.from_state) if t.from_state is not None else None,
                 "to": str(t.to_state),
                 "at": iso(t.at_ts),
+                "cloud_at": iso(t.cloud_ts) if t.cloud_ts is not None else None,
                 "reason": t.reason,
             }
             for t in i.history

@@ -197,3 +197,28 @@ def test_metrics_can_be_public(db_url):
     assert env.client.get("/metrics").status_code == 200
     assert env.client.get("/v1/status").status_code == 401
     store.close()
+
+
+def test_an_instance_history_shows_the_cloud_stamp_beside_the_controller_time(env):
+    """`at`: when the controller saw the step; `cloud_at`: the cloud's own stamp for it,
+    translated and clamped (billing starts there)."""
+    from decimal import Decimal
+
+    from api_helpers import NOW, OFFER
+
+    from provisioner.domain.instances import CloudInstance, InstanceState, Transition
+
+    S = InstanceState
+    inst = CloudInstance(
+        "i-9", "aws-a100", OFFER, "A100", 8, Decimal("9.83"), S.ALLOCATED, NOW - 600,
+        history=(Transition(None, S.REQUESTED, NOW - 600, "intent"),
+                 Transition(S.REQUESTED, S.ALLOCATED, NOW - 540, "cloud reports running",
+                            NOW - 590)),
+    )  # fmt: skip
+    env.store.add_instance(inst)
+    one = env.client.get("/v1/instances/i-9", headers=env.h("viewer")).json()
+    steps = [(h["to"], h["at"], h["cloud_at"]) for h in one["history"]]
+    assert steps == [
+        ("requested", "2026-01-10T23:50:00Z", None),
+        ("allocated", "2026-01-10T23:51:00Z", "2026-01-10T23:50:10Z"),
+    ]

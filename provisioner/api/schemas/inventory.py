@@ -30,7 +30,13 @@ class TransitionOut(Out):
 
     from_: InstanceState | None = Field(alias="from")
     to: InstanceState
-    at: IsoTime | None
+    at: IsoTime | None = Field(description="When the controller saw the step, on its own clock.")
+    cloud_at: IsoTime | None = Field(
+        default=None,
+        description="The cloud's own stamp for the step (a launch, a termination), translated "
+        "by the measured skew and clamped into what the controller saw: billing starts or ends "
+        "there. Null when the cloud gave none.",
+    )
     reason: str
 
 
