@@ -9,6 +9,7 @@ Needs what `make test` starts: both Slurm clusters (make slurm-up) and the priva
 
 Prints one line per run, then one JSON object of the figures (the last line): runs passed,
 per run its counts, seconds and failed tests, and the CPU share the load process really took.
+Stopped early (Ctrl-C or SIGTERM), it still prints the figures of the runs it finished.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -74,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_load:
         load = subprocess.Popen([sys.executable, "-c", _BUSY])
     runs: list[dict[str, Any]] = []
+    interrupted = False
+    # SIGTERM ends the series like Ctrl-C: the runs finished so far are still reported.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     t0 = time.monotonic()
     try:
         for i in range(1, args.runs + 1):
@@ -83,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['failures'] or ''}", flush=True)  # fmt: skip
             for line in r["tail"]:
                 print(f"    {line}", flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         wall = time.monotonic() - t0
         load_share = None
@@ -93,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "markers": args.markers,
         "runs": len(runs),
+        "runs_asked": args.runs,
+        "interrupted": interrupted,
         "runs_passed": sum(1 for r in runs if r["rc"] == 0),
         "all_passed": all(r["rc"] == 0 for r in runs) and len(runs) == args.runs,
         "load": None if args.no_load else "one busy-looping process",
