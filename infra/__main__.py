@@ -7,15 +7,11 @@ Config (see Pulumi.yaml): `policies`, `pools`, `awsImage`, `gcpImage`, `gcpProje
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pulumi
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from pool_program import build_pool
-
+from provisioner.act.pool_program import build_pool
 from provisioner.act.specs import NodeImages, pool_specs
 from provisioner.act.userdata import NodeBootstrap, render_user_data
 from provisioner.config.loader import load_policy

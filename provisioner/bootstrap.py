@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from provisioner import data_files
 from provisioner.clock import Clock, SteadyClock
 from provisioner.config.models import Policy
 from provisioner.domain.errors import ProvisionerError
@@ -41,8 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("provisioner")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_POLICIES = REPO_ROOT / "policies"
+DEFAULT_POLICIES = data_files.policies_dir()
 
 
 class Settings(BaseSettings):

@@ -1,4 +1,4 @@
-"""Pulumi Automation API `PoolDriver`: one stack per node group, the inline program from `infra/`.
+"""Pulumi Automation API `PoolDriver`: one stack per node group, the inline program `pool_program`.
 
 Used only where the `pulumi` CLI is installed (`drivers.select_pool_driver`): the engine lives in
 the CLI, so without it Automation API cannot even create a stack. The stack operations are an
@@ -9,7 +9,6 @@ runs per stack: an in-process lock here, and the backend's own stack lock across
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -21,7 +20,7 @@ from tenacity import Retrying
 
 from provisioner.act.ports import PoolSpec
 from provisioner.act.retry import call_mapped, cloud_retrying
-from provisioner.domain.errors import CloudError, InputError, TransientError
+from provisioner.domain.errors import CloudError, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +44,12 @@ class StackFactory(Protocol):
     def remove(self, name: str) -> None: ...
 
 
-def default_infra_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "infra"
+def load_pool_program() -> PoolProgram:
+    """`build_pool` of `provisioner.act.pool_program`, imported when first needed: the module
+    imports `pulumi`, an optional extra."""
+    from provisioner.act.pool_program import build_pool
 
-
-def load_pool_program(infra_dir: Path | None = None) -> PoolProgram:
-    """`build_pool` from `infra/pool_program.py` (infra/ is not part of the installed package)."""
-    path = (infra_dir or default_infra_dir()) / "pool_program.py"
-    spec = importlib.util.spec_from_file_location("gpu_burst_infra_pool_program", path)
-    if spec is None or spec.loader is None:
-        raise InputError(f"{path}: not a loadable Python file (the pool program)")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    build: PoolProgram = module.build_pool
-    return build
+    return build_pool
 
 
 def stack_config(spec: PoolSpec) -> dict[str, str]:

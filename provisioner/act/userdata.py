@@ -1,7 +1,7 @@
 """Render the node bootstrap (cloud-init) that starts slurmd pointed at the controller.
 
-The template lives in `infra/bootstrap/slurm-node.cloud-init.yaml` so the Pulumi programs and the
-SDK drivers send the same bytes.
+The template lives in `infra/bootstrap/slurm-node.cloud-init.yaml` (package data in a wheel), so
+the Pulumi programs and the SDK drivers send the same bytes.
 """
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+from provisioner import data_files
 from provisioner.act.ports import PoolSpec
 
 
 def default_template_path() -> Path:
-    return (
-        Path(__file__).resolve().parents[2] / "infra" / "bootstrap" / "slurm-node.cloud-init.yaml"
-    )
+    return data_files.bootstrap_template()
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 
-from provisioner.domain.errors import ConfigError, InputError, ProvisionerError
+from provisioner.cli.common import DEFAULT_POLICIES, PoliciesOpt, friendly_errors
 
 app = typer.Typer(
     name="provisioner",
@@ -18,34 +16,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_POLICIES = REPO_ROOT / "policies"
-DEFAULT_TRACE = REPO_ROOT / "data" / "traces" / "philly_2017-10-02_4w.csv.gz"
-
-
-def friendly_errors(fn: F) -> F:
-    """Bad input: one clear line naming the file and field, exit code 2, no traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (ConfigError, InputError) as exc:
-            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-            raise typer.Exit(2) from None
-        except ProvisionerError as exc:
-            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-            raise typer.Exit(1) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-PoliciesOpt = Annotated[
-    Path, typer.Option("--policies", help="Policy file or policies/ directory.")
-]
 
 
 @app.command()

@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from provisioner.cli.common import friendly_errors
+
 
 def _logging(verbose: bool, *, operator: bool = False) -> None:
     """Other libraries at WARNING. The controller's own lines at INFO for `run` (what the
@@ -103,8 +105,6 @@ def _demo_hint(demo: bool) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    from provisioner.cli import friendly_errors
-
     @app.command()
     @friendly_errors
     def run(

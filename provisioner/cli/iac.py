@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from provisioner.cli.common import DEFAULT_POLICIES, friendly_errors
+
 
 class Format(StrEnum):
     markdown = "markdown"
@@ -28,8 +30,6 @@ def _expected_use(value: float) -> Decimal:
 
 
 def register(app: typer.Typer) -> None:
-    from provisioner.cli import DEFAULT_POLICIES, friendly_errors
-
     iac = typer.Typer(
         name="iac",
         help="Infrastructure-as-code reviews of the burst pools.",

@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from provisioner.cli.common import friendly_errors
+
 UrlOpt = Annotated[
     str,
     typer.Option("--url", envvar="PROVISIONER_URL", help="The API's address."),
@@ -152,8 +154,6 @@ def decisions(
 
 
 def register(app: typer.Typer) -> None:
-    from provisioner.cli import friendly_errors
-
     app.command("costs")(friendly_errors(costs))
     app.command("budgets")(friendly_errors(budgets))
     app.command("decisions")(friendly_errors(decisions))

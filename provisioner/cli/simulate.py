@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
+from provisioner.cli.common import DEFAULT_POLICIES, DEFAULT_TRACE, friendly_errors
+
 
 def register(app: typer.Typer) -> None:
-    from provisioner.cli import DEFAULT_POLICIES, DEFAULT_TRACE, friendly_errors
-
     @app.command()
     @friendly_errors
     def simulate(

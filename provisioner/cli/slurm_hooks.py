@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from provisioner.cli.common import friendly_errors
+
 DEFAULT_STATE_DIR = Path("/var/lib/gpu-burst-provisioner")
 
 StateDirOpt = Annotated[
@@ -45,8 +47,6 @@ def _handoff(action: str, hostlist: str, state_dir: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from provisioner.cli import friendly_errors
-
     slurm = typer.Typer(
         name="slurm",
         help="Slurm power-saving hooks (Slurm-driven mode).",

@@ -72,6 +72,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from provisioner import data_files
 from provisioner.clock import ManualClock
 from provisioner.domain.errors import InvalidArgument, NotKnown, SnapshotError
 from provisioner.domain.jobs import JobState
@@ -872,7 +873,7 @@ def gcp_price(capacity: str) -> Decimal:
 def _catalog_row(cloud: str, region: str, instance_type: str) -> list[str]:
     import csv
 
-    path = Path(__file__).resolve().parents[2] / "policies" / "catalog" / "gpu_offers.csv"
+    path = data_files.catalog_csv()
     with path.open(newline="") as fh:
         for row in csv.reader(fh):
             if row[:3] == [cloud, region, instance_type]:

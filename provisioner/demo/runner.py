@@ -10,8 +10,10 @@ times faster than the wall clock and is set once per pass.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
+from provisioner import data_files
 from provisioner.clock import ManualClock
 from provisioner.config.models import Policy
 from provisioner.demo.fake_slurm import FakeSlurm
@@ -26,8 +29,7 @@ from provisioner.reconcile.loop import PassReport
 from provisioner.store import Store
 
 log = logging.getLogger("provisioner.demo")
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEMO_POLICIES = REPO_ROOT / "policies" / "demo"
+DEMO_POLICIES = data_files.demo_policies_dir()
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +257,7 @@ def run_demo(
             echo(f"  also      {url}/v1/decisions  {url}/v1/instances  {url}/metrics")
             echo(f"  store     {db}")
             echo(
-                "  tokens    more while it runs: .venv/bin/provisioner token create "
+                f"  tokens    more while it runs: {_command_name()} token create "
                 "--role viewer --name me --demo"
             )
             stop = f"stops after {opts.duration_s:g} s" if opts.duration_s else "Ctrl-C to stop"
@@ -298,3 +300,14 @@ def run_demo(
         return result
     finally:
         moto.stop()
+
+
+def _command_name() -> str:
+    """How to run `provisioner` from here: the script beside this Python (.venv/bin/provisioner in
+    a checkout, as the README gives it; the venv an installed wheel went into), else the name."""
+    script = Path(sys.executable).parent / "provisioner"
+    if not script.exists():
+        return "provisioner"
+    with contextlib.suppress(ValueError):
+        return str(script.relative_to(Path.cwd()))
+    return str(script)

@@ -14,12 +14,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from provisioner import data_files
 from provisioner.simulate.trace import load_trace
 
 TEAMS = ("vision", "nlp", "speech", "rl")
-DEFAULT_TRACE = (
-    Path(__file__).resolve().parents[2] / "data" / "traces" / ("philly_2017-10-02_4w.csv.gz")
-)
+DEFAULT_TRACE = data_files.sample_trace()
 
 
 @dataclass(frozen=True, slots=True)

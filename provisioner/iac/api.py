@@ -25,14 +25,21 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.params import Depends
 from fastapi.responses import PlainTextResponse, Response
 
+from provisioner import data_files
 from provisioner.config.loader import POLICY_FILES
 from provisioner.domain.errors import ConfigError, InputError
 from provisioner.iac.guard import default_policy_pack
-from provisioner.iac.sources import PROGRAM, TEMPLATE, default_infra_dir, git_root, resolve_commit
+from provisioner.iac.sources import (
+    TEMPLATE,
+    default_infra_dir,
+    git_root,
+    package_program_file,
+    resolve_commit,
+)
 
 
 def default_policies_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "policies"
+    return data_files.policies_dir()
 
 
 class _Cache:
@@ -147,7 +154,7 @@ def iac_router(
     def _inputs() -> list[Path]:
         files = [policies / n for n in POLICY_FILES] if policies.is_dir() else [policies]
         infra = default_infra_dir()
-        files += [infra / PROGRAM, infra / TEMPLATE, pack / "gpu_policies.py"]
+        files += [package_program_file(), infra / TEMPLATE, pack / "gpu_policies.py"]
         files += [p for p in (catalog, policy_config) if p is not None]
         return files
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from provisioner import data_files
 from provisioner.domain.errors import ConfigError
 from provisioner.iac.render import Resource, short_type
 
@@ -29,7 +30,7 @@ LEVELS = ("advisory", "mandatory", "remediate", "disabled")
 
 
 def default_policy_pack() -> Path:
-    return Path(__file__).resolve().parents[2] / "policies" / "policypack"
+    return data_files.policypack_dir()
 
 
 @dataclass(frozen=True)

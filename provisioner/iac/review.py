@@ -9,6 +9,7 @@ the Markdown from that same dict, so both formats say the same thing.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -17,6 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from provisioner.act.pulumi_driver import load_pool_program
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.errors import ConfigError, InputError
 from provisioner.domain.money import to_cents
@@ -41,6 +43,7 @@ from provisioner.iac.sources import (
     git_root,
     load_dir,
     load_git,
+    package_program_file,
 )
 
 if TYPE_CHECKING:
@@ -194,20 +197,30 @@ _PROGRAMS_MAX = 8
 
 
 def _load_program(infra_dir: Path | None) -> tuple[PoolProgram, str]:
-    """`build_pool` of `infra_dir` (default: the working tree's), and its source's digest."""
-    from provisioner.act.pulumi_driver import default_infra_dir, load_pool_program
-
-    path = (infra_dir or default_infra_dir()) / PROGRAM
+    """`build_pool` of a base's `infra_dir` (None: this package's own), and its source's digest."""
+    path = infra_dir / PROGRAM if infra_dir is not None else package_program_file()
     key = hashlib.sha256(path.read_bytes()).hexdigest()
     with _PROGRAMS_LOCK:
         program = _PROGRAMS.get(key)
     if program is None:
-        program = load_pool_program(infra_dir)
+        program = _program_from_file(path) if infra_dir is not None else load_pool_program()
         with _PROGRAMS_LOCK:
             _PROGRAMS[key] = program
             while len(_PROGRAMS) > _PROGRAMS_MAX:
                 _PROGRAMS.popitem(last=False)
     return program, key
+
+
+def _program_from_file(path: Path) -> PoolProgram:
+    """A base commit's own program, loaded from the file `load_git` wrote: that commit's code
+    is data under review, not a module of this package."""
+    spec = importlib.util.spec_from_file_location(f"iac_base_program_{path.parent.name}", path)
+    if spec is None or spec.loader is None:
+        raise InputError(f"{path}: not a loadable Python file (the pool program)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    build: PoolProgram = module.build_pool
+    return build
 
 
 _PROGRAMS_LOCK = threading.Lock()
@@ -238,7 +251,7 @@ def _render_side(
             template = source.infra_dir / TEMPLATE
         except Exception as exc:  # an old program that no longer imports against this package
             notes.append(
-                f"{source.label}: its infra/pool_program.py could not be loaded "
+                f"{source.label}: its pool program could not be loaded "
                 f"({type(exc).__name__}); rendered with the working tree's program"
             )
     if loaded is None:
@@ -252,7 +265,7 @@ def _render_side(
         if fallback is None or loaded[1] == fallback[1]:
             raise
         notes.append(
-            f"{source.label}: its infra/pool_program.py failed ({type(exc).__name__}); "
+            f"{source.label}: its pool program failed ({type(exc).__name__}); "
             "rendered with the working tree's program"
         )
         loaded = fallback

@@ -4,8 +4,9 @@
 - base: a git ref (the policy files read with `git show REF:policies/...`; a ref without them is
   a base with no pools) or a directory (`--base-dir`, for tests and non-git use).
 
-A git base is also rendered with that ref's own `infra/pool_program.py` (and node bootstrap
-template) when it has them, so a change to the program shows up in the diff too; when the old
+A git base is also rendered with that ref's own pool program (`provisioner/act/pool_program.py`,
+or `infra/pool_program.py` in commits before it moved into the package) and node bootstrap
+template when it has them, so a change to the program shows up in the diff too; when the old
 program cannot be loaded, the working tree's renders both sides and the review says so.
 """
 
@@ -17,6 +18,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from provisioner import act, data_files
 from provisioner.config.loader import POLICY_FILES, load_policy
 from provisioner.config.models import Policy
 from provisioner.domain.errors import ConfigError, InputError
@@ -28,7 +30,13 @@ TEMPLATE = Path("bootstrap") / "slurm-node.cloud-init.yaml"
 
 
 def default_infra_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "infra"
+    return data_files.infra_dir()
+
+
+def package_program_file() -> Path:
+    """The source of the pool program this package renders with (`provisioner.act.pool_program`);
+    not imported here, since it imports `pulumi`."""
+    return Path(act.__file__).resolve().with_name("pool_program.py")
 
 
 @dataclass
@@ -147,7 +155,10 @@ def load_git(
             src.notes.append(f"{ref}:{rel} has no policy files: a base with no pools")
         infra = _rel(infra_dir or default_infra_dir(), root)
         if infra is not None:
-            program = _show(root, sha, f"{infra}/{PROGRAM.as_posix()}")
+            # The program's place in this package, then where commits before the move kept it.
+            places = [_rel(package_program_file(), root), f"{infra}/{PROGRAM.as_posix()}"]
+            shown = (_show(root, sha, place) for place in places if place is not None)
+            program = next((data for data in shown if data is not None), None)
             template = _show(root, sha, f"{infra}/{TEMPLATE.as_posix()}")
             if program is not None and template is not None:
                 (base / "infra" / TEMPLATE).parent.mkdir(parents=True)

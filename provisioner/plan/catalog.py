@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
+from provisioner import data_files
 from provisioner.domain.errors import InputError
 from provisioner.domain.offers import CapacityType, Offer, OfferKey
 
@@ -26,7 +27,7 @@ REQUIRED_COLUMNS = (
 
 
 def default_catalog_path() -> Path:
-    return Path(__file__).resolve().parents[2] / "policies" / "catalog" / "gpu_offers.csv"
+    return data_files.catalog_csv()
 
 
 @dataclass(frozen=True)

@@ -208,9 +208,10 @@ def test_bad_base_ref(repo):
 
 
 def test_base_program_from_git(tmp_path, catalog):
-    """A git base renders with its own infra/pool_program.py: a program change shows in the diff;
-    a base program that cannot load falls back to the working tree's, with a note."""
-    from provisioner.iac.sources import default_infra_dir
+    """A git base renders with its own pool program (here in infra/, where commits before the move
+    into the package kept it): a program change shows in the diff; a base program that cannot
+    load falls back to the working tree's, with a note."""
+    from provisioner.iac.sources import default_infra_dir, package_program_file
 
     root = init_repo(tmp_path / "repo")
     write_policies(root / "policies", [AWS_POOL])
@@ -219,7 +220,7 @@ def test_base_program_from_git(tmp_path, catalog):
     (infra / "bootstrap").mkdir(parents=True)
     template = "bootstrap/slurm-node.cloud-init.yaml"
     (infra / template).write_text((real / template).read_text())
-    program = (real / "pool_program.py").read_text()
+    program = package_program_file().read_text()
     gp2 = program.replace('volume_type="gp3"', 'volume_type="gp2"')
     (infra / "pool_program.py").write_text(gp2)
     commit_all(root, "base with gp2 volumes")
