@@ -99,7 +99,7 @@ test-e2e: venv focus-venv slurm-up
 	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q -m e2e $(PYTEST_ARGS)
 
 test-unit: venv
-	$(BIN)/python -m pytest -q -m "not slurm and not e2e and not browser" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slurm and not e2e and not browser and not wheel" $(PYTEST_ARGS)
 
 test-browser: venv focus-venv browser-deps
 	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q -m browser $(PYTEST_ARGS)
