@@ -40,7 +40,7 @@ class Rendering:
             )
             return (
                 f"Rendered with Pulumi mocks (`pulumi.runtime.set_mocks`) because {why}: the "
-                "programs in infra/ ran without the engine or providers, so the inputs are exact "
+                "pool program ran without the engine or providers, so the inputs are exact "
                 "but computed outputs (ids, links) are placeholders and nothing was compared "
                 "with deployed state."
             )
