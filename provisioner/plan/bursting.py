@@ -1,0 +1,301 @@
+"""Bursting: give the jobs that will not stay on-prem to burst capacity already requested or idle,
+then to new nodes: the offer with the lowest expected cost that passes back-off, the pool's max
+size and the hard budgets. Jobs whose every pool is full share one decision.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from provisioner.domain.instances import IN_FLIGHT, InstanceOrigin
+from provisioner.domain.nodes import NodeKind, NodeState
+from provisioner.domain.offers import CapacityType, OfferKey
+from provisioner.domain.plan import Alternative, ReasonCode, Rejection, ScaleUp
+from provisioner.plan.planning_pass import MAX_ALTERNATIVES, PlanningPass, runtime_detail, usd
+from provisioner.plan.prediction import Bursting, BurstingJob
+from provisioner.plan.profile import INF
+from provisioner.plan.ranking import Candidate
+
+
+@dataclass
+class OpenNode:
+    """A node planned in this pass (or in flight) with GPUs still unclaimed."""
+
+    pool: str
+    key: OfferKey | None
+    gpu_model: str
+    free: int
+    spot: bool
+    scale_up: int = -1  # index into the scale-up groups, -1 for capacity already in flight
+    job_ids: list[str] = field(default_factory=list)
+    node_name: str = ""
+
+
+class _Slots:
+    """The open nodes, with those that still have a GPU free kept apart in the same order:
+    once they fill up, tens of thousands of bursting jobs would otherwise each look at every
+    full one in turn."""
+
+    def __init__(self, nodes: list[OpenNode]) -> None:
+        self.nodes = nodes
+        self._with_room = [o for o in nodes if o.free > 0]
+
+    def find(self, gpus: int, model: str, urgent: bool, spot_allowed: bool) -> OpenNode | None:
+        """The first open node, in order, that can take the job."""
+        # A job of no GPUs fits a full node too, so it looks at them all.
+        for o in self._with_room if gpus > 0 else self.nodes:
+            if (
+                o.free >= gpus
+                and o.gpu_model == model
+                and not (urgent and o.spot)
+                and (not o.spot or spot_allowed)
+            ):
+                return o
+        return None
+
+    def take(self, slot: OpenNode, gpus: int, job_id: str) -> None:
+        slot.free -= gpus
+        slot.job_ids.append(job_id)
+        if slot.free <= 0:
+            self._with_room = [o for o in self._with_room if o.free > 0]
+
+    def add(self, node: OpenNode) -> None:
+        self.nodes.append(node)
+        if node.free > 0:
+            self._with_room.append(node)
+
+
+@dataclass
+class _Group:
+    """One new scale-up of this pass, and the jobs it carries."""
+
+    cand: Candidate
+    nodes: int
+    job_ids: list[str]
+    team: str
+    alternatives: tuple[Alternative, ...]
+    wait_s: float
+    budget_s: float
+    saved_s: float
+    urgent: bool
+    runtime: dict[str, str]
+
+
+@dataclass
+class _AtMax:
+    """Jobs whose every fitting pool is at its max size, one decision for each ranking and team."""
+
+    alternatives: tuple[Alternative, ...]
+    job_ids: list[str]
+    team: str
+    wait_s: float
+    budget_s: float
+
+
+def capacity_in_flight(p: PlanningPass) -> list[OpenNode]:
+    """Burst GPUs requested but not yet used: idle or partly used ready nodes and instances
+    still booting. Pending jobs take these before anything new is bought."""
+    nodes: list[OpenNode] = []
+    seen: set[str] = set()
+    by_instance = {n.instance_id: n for n in p.snap.nodes if n.instance_id}
+    for n in p.snap.nodes:
+        if n.kind is not NodeKind.BURST or n.state not in (NodeState.IDLE, NodeState.MIXED):
+            continue
+        if n.gpus_free <= 0:
+            continue
+        seen.add(n.instance_id or n.name)
+        spot = "spot" in n.features
+        nodes.append(
+            OpenNode(n.pool, None, n.gpu_type.lower(), n.gpus_free, spot, node_name=n.name)
+        )
+    for inst in p.snap.instances:
+        if inst.state not in IN_FLIGHT or inst.instance_id in seen:
+            continue
+        if inst.origin is InstanceOrigin.ORPHAN:
+            continue  # found by its tags: it never boots as a node for these jobs
+        node = by_instance.get(inst.instance_id)
+        if node is not None and node.state.usable:
+            continue
+        # Slurm may already have placed jobs on a node that is still powering up.
+        free = inst.gpus if node is None else max(0, inst.gpus - node.gpus_alloc)
+        if free <= 0:
+            continue
+        spot = inst.offer.capacity is CapacityType.SPOT
+        nodes.append(OpenNode(inst.pool, inst.offer, inst.gpu_model.lower(), free, spot))
+    return nodes
+
+
+def burst(p: PlanningPass, bursting: Bursting, open_nodes: list[OpenNode]) -> None:
+    """Place every bursting job, then make the pass's burst decisions and scale-ups."""
+    _BurstPass(p, open_nodes).run(bursting)
+
+
+class _BurstPass:
+    """The bursting phase's running state: open slots, new groups, jobs parked at max size."""
+
+    def __init__(self, p: PlanningPass, open_nodes: list[OpenNode]) -> None:
+        self.p = p
+        self.groups: list[_Group] = []
+        self.at_max: dict[tuple[int, str], _AtMax] = {}
+        self.planned_nodes = 0
+        self.slots = _Slots(open_nodes)
+        self.teams: dict[str, str] = {}  # account -> team, looked up once per pass
+
+    def run(self, bursting: Bursting) -> None:
+        for b in bursting:
+            self._place(b)
+        self.p.planned_nodes = self.planned_nodes
+        self._decide_at_max()
+        self._decide_groups()
+
+    def _team(self, account: str) -> str:
+        team = self.teams.get(account)
+        if team is None:
+            team = self.teams[account] = self.p.policy.budgets.team_for(account)
+        return team
+
+    def _place(self, b: BurstingJob) -> None:
+        p, job = self.p, b.job
+        model = (job.gpu_type or p.onprem_model).lower()
+        team = self._team(job.account)
+        wait_s = b.start - p.now
+        about = {"predicted_wait_s": wait_s, "wait_budget_s": b.budget, "team": team}
+        if p.snap.paused:
+            p.decide(ReasonCode.BLOCKED_PAUSED, (job.job_id,), **about)
+            return
+        # 1. capacity already bought (single-node jobs only: a gang needs fresh nodes).
+        slot = self.slots.find(job.gpus, model, b.wait.urgent, b.wait.spot_allowed)
+        if slot is not None:
+            self.slots.take(slot, job.gpus, job.job_id)
+            if slot.scale_up >= 0:
+                self.groups[slot.scale_up].job_ids.append(job.job_id)
+            else:
+                p.decide(
+                    ReasonCode.COVERED_BY_INFLIGHT,
+                    (job.job_id,),
+                    chosen=slot.key,
+                    pool=slot.pool,
+                    node=slot.node_name,
+                    **about,
+                )
+            return
+        # 2. a new node: the cheapest offer that passes every guardrail.
+        if not b.ranked:
+            detail = {"gpu_model": model, "gpus": str(job.gpus)}
+            p.decide(ReasonCode.BLOCKED_NO_OFFER, (job.job_id,), detail=detail, **about)
+            return
+        if p.full_pools(b.ranked) is not None:
+            self._park_at_max(b, team, wait_s)
+            return
+        self._new_node(b, model, team, wait_s)
+
+    def _park_at_max(self, b: BurstingJob, team: str, wait_s: float) -> None:
+        """Every pool that could take this job is at its max size: one decision for all such
+        jobs, instead of pricing hundreds of offers for each waiting job."""
+        key = (id(b.ranked), team)
+        parked = self.at_max.get(key)
+        if parked is not None:
+            parked.job_ids.append(b.job.job_id)
+            return
+        spot = self.p.policy.spot
+        alts = tuple(
+            Alternative(
+                c.key, c.usd_hr, usd(c.expected_cost(b.runtime, spot)), False, Rejection.POOL_MAX
+            )
+            for c in b.ranked[:MAX_ALTERNATIVES]
+        )
+        self.at_max[key] = _AtMax(alts, [b.job.job_id], team, wait_s, b.budget)
+
+    def _new_node(self, b: BurstingJob, model: str, team: str, wait_s: float) -> None:
+        p, job, ranked = self.p, b.job, b.ranked
+        verdict = p.first_allowed(ranked, team, b.runtime, self.planned_nodes)
+        alts = verdict.alternatives
+        if verdict.at < 0:
+            p.decide(
+                verdict.blocked or ReasonCode.BLOCKED_NO_OFFER,
+                (job.job_id,),
+                alternatives=tuple(alts[:MAX_ALTERNATIVES]),
+                predicted_wait_s=wait_s,
+                wait_budget_s=b.budget,
+                team=team,
+                global_headroom_usd_hr=p.budget.global_headroom(),
+            )
+            return
+        chosen = ranked[verdict.at]
+        expected = alts[-1].expected_cost_usd  # the chosen one's, priced just now
+        # Show the next cheapest options too, so a reviewer sees what was passed over.
+        for cand in ranked[verdict.at + 1 :]:
+            if len(alts) >= MAX_ALTERNATIVES:
+                break
+            more = usd(cand.expected_cost(b.runtime, p.policy.spot))
+            alts.append(Alternative(cand.key, cand.usd_hr, more, False, Rejection.COSTLIER))
+        p.budget.spend(chosen.usd_hr, team, expected)
+        p.pool_nodes[chosen.pool] = p.pool_nodes.get(chosen.pool, 0) + chosen.nodes
+        self.planned_nodes += chosen.nodes
+        gidx = len(self.groups)
+        saved = wait_s if b.start != INF else math.inf
+        self.groups.append(
+            _Group(
+                chosen,
+                chosen.nodes,
+                [job.job_id],
+                team,
+                tuple(alts),
+                wait_s,
+                b.budget,
+                saved,
+                b.wait.urgent,
+                runtime_detail(job, b.runtime),
+            )
+        )
+        leftover = chosen.gpus_per_node - job.gpus
+        if chosen.nodes == 1 and leftover > 0:
+            spot = chosen.key.capacity is CapacityType.SPOT
+            node = OpenNode(
+                chosen.pool, chosen.key, model, leftover, spot, scale_up=gidx, job_ids=[job.job_id]
+            )
+            self.slots.add(node)
+
+    def _decide_at_max(self) -> None:
+        for parked in self.at_max.values():
+            self.p.decide(
+                ReasonCode.BLOCKED_POOL_MAX,
+                parked.job_ids,
+                alternatives=parked.alternatives,
+                predicted_wait_s=parked.wait_s,
+                wait_budget_s=parked.budget_s,
+                team=parked.team,
+                detail={"jobs": str(len(parked.job_ids))},
+            )
+
+    def _decide_groups(self) -> None:
+        p = self.p
+        for g in self.groups:
+            reason = ReasonCode.BURST_URGENT if g.urgent else ReasonCode.BURST_WAIT_EXCEEDS_BUDGET
+            d = p.decide(
+                reason,
+                tuple(g.job_ids),
+                chosen=g.cand.key,
+                alternatives=g.alternatives,
+                predicted_wait_s=g.wait_s,
+                wait_budget_s=g.budget_s,
+                wait_saved_s=g.saved_s,
+                global_headroom_usd_hr=p.budget.global_headroom(),
+                team_headroom_usd=p.budget.team_headroom.get(g.team),
+                team=g.team,
+                pool=g.cand.pool,
+                detail={"boot_s": f"{g.cand.boot_s:.0f}", **g.runtime},
+            )
+            p.actions.append(
+                ScaleUp(
+                    pool=g.cand.pool,
+                    offer=g.cand.key,
+                    nodes=g.nodes,
+                    gpus_per_node=g.cand.gpus_per_node,
+                    usd_per_hour_per_node=g.cand.usd_hr_per_node,
+                    job_ids=tuple(g.job_ids),
+                    decision=d,
+                    fallbacks=p.fallbacks(d, g.cand, g.nodes),
+                )
+            )
