@@ -160,7 +160,7 @@ class SkewTracker:
         return {cloud: e.skew_s for cloud, e in self.by_cloud().items()}
 
     def span_by_cloud(self) -> dict[str, tuple[float, float]]:
-        """The span each cloud's skew lies in (see `CloudStamps` in reconcile/sync.py)."""
+        """The span each cloud's skew lies in (see `CloudStamps` in reconcile/cloud_stamps.py)."""
         return {cloud: (e.lo_s, e.hi_s) for cloud, e in self.by_cloud().items()}
 
 

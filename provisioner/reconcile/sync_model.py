@@ -1,0 +1,120 @@
+"""The values passive sync trades in: what it reads (`SyncInput`), the steps it plans (`Adopt`,
+`Bind`, `Move`, `Kill`, `NodeFix`) and the plan they make (`SyncPlan`). Kept apart from the rules
+so the rules' modules can share them without importing one another."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from provisioner.act.ports import OwnedInstance
+from provisioner.domain.instances import CloudInstance, InstanceState
+from provisioner.domain.nodes import NodeState
+from provisioner.domain.offers import Offer
+from provisioner.domain.records import Intent, StoredInstance
+from provisioner.domain.snapshot import ClusterSnapshot
+
+S = InstanceState
+JOINED = frozenset(
+    {NodeState.IDLE, NodeState.MIXED, NodeState.ALLOCATED, NodeState.DRAINING, NodeState.DRAINED}
+)
+POWERED_OFF = frozenset({NodeState.POWERING_DOWN, NodeState.POWERED_DOWN})
+TERMINABLE = frozenset({S.REQUESTED, S.ALLOCATED, S.JOINING, S.READY, S.DRAINING})
+
+
+@dataclass(frozen=True, slots=True)
+class Adopt:
+    """Store `instance`, launched by the scale-up of intent `token`."""
+
+    token: str
+    instance: CloudInstance
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    instance_id: str
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    instance_id: str
+    to: InstanceState
+    reason: str
+    cloud_ts: float | None = None  # the cloud's stamp for the step, translated and clamped
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """Terminate `owned` in its cloud. `fail_node`: mark that Slurm node failed first (its jobs
+    requeue). `transition`: move the record to terminating (False for a record already closed,
+    or an orphan without one). `join_timeout`: the reason is a join failure."""
+
+    instance_id: str
+    owned: OwnedInstance
+    reason: str
+    fail_node: str = ""
+    transition: bool = True
+    join_failure: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFix:
+    node: str
+    action: str  # "resume" (back to service) | "fail" (drain, requeue, down) | "drain"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPlan:
+    adopt: tuple[Adopt, ...] = ()
+    bind: tuple[Bind, ...] = ()
+    moves: tuple[Move, ...] = ()
+    kills: tuple[Kill, ...] = ()
+    nodes: tuple[NodeFix, ...] = ()
+    orphans: tuple[CloudInstance, ...] = ()  # records to create, rebuilt from cloud tags
+    sweep_hold: str = ""  # the safety valve holds the sweep, and why
+    warnings: tuple[str, ...] = ()  # cloud stamps far outside what the controller saw
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.adopt or self.bind or self.moves or self.kills or self.nodes or self.orphans
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SyncInput:
+    now_ts: float
+    controller: str
+    records: Sequence[StoredInstance]
+    owned: Sequence[OwnedInstance]
+    listing_complete: bool
+    snapshot: ClusterSnapshot
+    intents: Sequence[Intent] = ()
+    grace_s: float = 120.0
+    join_timeout_s: float = 600.0
+    retry_terminate_s: float = 120.0
+    unbound_timeout_s: float = 600.0
+    timeouts: Mapping[InstanceState, float] = field(default_factory=dict)
+    # (cloud, region, instance type) -> catalog offer: prices an orphan's rebuilt record
+    offers: Mapping[tuple[str, str, str], Offer] = field(default_factory=dict)
+    max_disagreements: int = 5
+    sweep_approved: bool = False
+    closed_window_s: float = 86_400.0  # closed records the store passes in (see `records`)
+    # cloud -> its measured skew (the cloud's clock minus the controller's), seconds, and the
+    # span the measurement puts it in
+    skew_s: Mapping[str, float] = field(default_factory=dict)
+    skew_span_s: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # instance id -> when the controller first saw it listed (the orphan grace counts from it)
+    first_seen: Mapping[str, float] = field(default_factory=dict)
+    # the earliest scale-up intent the store holds: nothing was requested before it (the floor
+    # of an orphan's launch stamp when its own intent is not in view)
+    first_request_ts: float | None = None
+    # record id -> when a complete listing first lacked its instance: a VM that vanished
+    # without an end stamp (GCE forgets deleted VMs) is billed until then, not until the
+    # sweep gets round to closing its record
+    gone_since: Mapping[str, float] = field(default_factory=dict)
+    # instance id -> the last pass whose listing showed it alive: a VM the controller itself
+    # terminated that vanished with no end stamp stopped running by then, or at the call
+    last_alive: Mapping[str, float] = field(default_factory=dict)
