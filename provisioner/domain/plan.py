@@ -132,7 +132,29 @@ class Terminate:
     decision: Decision
 
 
-Action = ScaleUp | Drain | Terminate
+@dataclass(frozen=True, slots=True)
+class MoveJobs:
+    """Send pending jobs to a burst pool's partition: capacity already bought (idle, or still
+    booting) covers them, so nothing new is bought."""
+
+    pool: str
+    job_ids: tuple[str, ...]
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseJobs:
+    """Release jobs Slurm held after a failed launch back into a burst pool's partition (see
+    `Job.launch_failed`); Slurm then powers a node up for them, planned like any burst."""
+
+    pool: str
+    job_ids: tuple[str, ...]
+    decision: Decision
+
+
+# Every change the controller makes to the world is one of these: the planner decides them, the
+# reconcile loop carries them out, and nothing acts on a decision alone.
+Action = ScaleUp | Drain | Terminate | MoveJobs | ReleaseJobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +175,14 @@ class Plan:
     @property
     def terminations(self) -> tuple[Terminate, ...]:
         return tuple(a for a in self.actions if isinstance(a, Terminate))
+
+    @property
+    def moves(self) -> tuple[MoveJobs, ...]:
+        return tuple(a for a in self.actions if isinstance(a, MoveJobs))
+
+    @property
+    def releases(self) -> tuple[ReleaseJobs, ...]:
+        return tuple(a for a in self.actions if isinstance(a, ReleaseJobs))
 
     @property
     def planned_usd_per_hour(self) -> Decimal:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from provisioner.domain.instances import IN_FLIGHT, InstanceOrigin
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
-from provisioner.domain.plan import Alternative, ReasonCode, Rejection, ScaleUp
+from provisioner.domain.plan import Alternative, MoveJobs, ReasonCode, Rejection, ScaleUp
 from provisioner.plan.planning_pass import MAX_ALTERNATIVES, PlanningPass, runtime_detail, usd
 from provisioner.plan.prediction import Bursting, BurstingJob
 from provisioner.plan.profile import INF
@@ -171,7 +171,7 @@ class _BurstPass:
             if slot.scale_up >= 0:
                 self.groups[slot.scale_up].job_ids.append(job.job_id)
             else:
-                p.decide(
+                d = p.decide(
                     ReasonCode.COVERED_BY_INFLIGHT,
                     (job.job_id,),
                     chosen=slot.key,
@@ -179,6 +179,7 @@ class _BurstPass:
                     node=slot.node_name,
                     **about,
                 )
+                p.actions.append(MoveJobs(slot.pool, (job.job_id,), d))
             return
         # 2. a new node: the cheapest offer that passes every guardrail.
         if not b.ranked:

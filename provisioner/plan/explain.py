@@ -7,7 +7,7 @@ import math
 from decimal import Decimal
 from typing import Any
 
-from provisioner.domain.plan import Decision, Drain, Plan, ScaleUp, Terminate
+from provisioner.domain.plan import Action, Decision, Drain, MoveJobs, Plan, ReleaseJobs, ScaleUp
 
 
 def _num(v: float | None) -> float | None:
@@ -47,7 +47,17 @@ def _dec(v: Decimal | None) -> str | None:
     return None if v is None else str(v)
 
 
-def action_to_dict(a: ScaleUp | Drain | Terminate) -> dict[str, Any]:
+_JOB_ACTIONS = {MoveJobs: "move_jobs", ReleaseJobs: "release_jobs"}
+
+
+def action_to_dict(a: Action) -> dict[str, Any]:
+    if isinstance(a, MoveJobs | ReleaseJobs):
+        return {
+            "action": _JOB_ACTIONS[type(a)],
+            "pool": a.pool,
+            "job_ids": list(a.job_ids),
+            "decision_id": a.decision.decision_id,
+        }
     if isinstance(a, ScaleUp):
         return {
             "action": "scale_up",
@@ -112,6 +122,10 @@ def plan_table(p: Plan) -> None:
                 ",".join(a.job_ids[:4]) + ("…" if len(a.job_ids) > 4 else ""),
                 a.decision.reason.value,
             )
+        elif isinstance(a, MoveJobs | ReleaseJobs):
+            jobs = ",".join(a.job_ids[:4]) + ("…" if len(a.job_ids) > 4 else "")
+            label = _JOB_ACTIONS[type(a)].replace("_", " ")
+            actions.add_row(label, a.pool, "", "", "", jobs, a.decision.reason.value)
         else:
             actions.add_row(
                 "drain" if isinstance(a, Drain) else "terminate",

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from provisioner.config.models import WaitPolicy
 from provisioner.domain.jobs import Job
-from provisioner.domain.plan import ReasonCode
+from provisioner.domain.plan import ReasonCode, ReleaseJobs
 from provisioner.plan.planning_pass import JobClass, PlanningPass, planned_runtime, runtime_detail
 from provisioner.plan.profile import INF, OnPremProfile, Placement
 from provisioner.plan.ranking import Candidate
@@ -226,12 +226,13 @@ def release(p: PlanningPass, job: Job) -> bool:
     ranked = p.ranked(job, model, jc.spot_ok, planned_runtime(job, p.policy, jc.wait))
     if not ranked:
         return False
-    p.decide(
+    d = p.decide(
         ReasonCode.RELEASE_LAUNCH_FAILED,
         (job.job_id,),
         pool=ranked[0].pool,
         detail={"why": "held by Slurm after a failed launch: back in a burst partition"},
     )
+    p.actions.append(ReleaseJobs(ranked[0].pool, (job.job_id,), d))
     return True
 
 

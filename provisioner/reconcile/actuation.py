@@ -148,7 +148,8 @@ class PassActuation:
         now: float,
         report: PassReport,
     ) -> None:
-        """Scale-ups, partitions for jobs covered by capacity in flight, drains, terminations."""
+        """The plan's actions, in order of kind: scale-ups, jobs moved to capacity already bought,
+        jobs released after a failed launch, drains, terminations."""
         jobs = {j.job_id: j for j in view.pending}
         for su in plan.scale_ups:
             try:
@@ -158,15 +159,14 @@ class PassActuation:
             except (CloudError, ProvisionerError) as exc:
                 report.errors.append(f"scale-up {su.pool}: {exc}")
                 log.warning("scale-up for %s failed: %s", su.pool, exc)
-        for d in plan.decisions:
-            if d.reason is ReasonCode.COVERED_BY_INFLIGHT:
-                pool = self.ctx.pool(d.pool)
-                if pool is not None:
-                    _add(report, self.slurm.move_jobs(d.job_ids, pool.partition, jobs))
-            elif d.reason is ReasonCode.RELEASE_LAUNCH_FAILED:
-                pool = self.ctx.pool(d.pool)
-                if pool is not None:
-                    _add(report, self.slurm.release_jobs(d.job_ids, pool.partition, jobs))
+        for mv in plan.moves:
+            pool = self.ctx.pool(mv.pool)
+            if pool is not None:
+                _add(report, self.slurm.move_jobs(mv.job_ids, pool.partition, jobs))
+        for rl in plan.releases:
+            pool = self.ctx.pool(rl.pool)
+            if pool is not None:
+                _add(report, self.slurm.release_jobs(rl.job_ids, pool.partition, jobs))
         for dr in plan.drains:
             _add(report, self.slurm.drain(dr, now))
         for t in plan.terminations:

@@ -107,8 +107,11 @@ def test_a_job_held_after_a_failed_launch_is_released_into_a_burst_partition() -
     assert p.scale_ups == ()  # nothing bought: Slurm's power-up for it is planned later
     (d,) = [d for d in p.decisions if d.job_ids == ("b",)]
     assert d.reason is ReasonCode.RELEASE_LAUNCH_FAILED and d.pool
+    # The release is an action of the plan, carried out by the loop like any other.
+    assert [(r.pool, r.job_ids, r.decision) for r in p.releases] == [(d.pool, ("b",), d)]
     # a plain hold stays a wait
     held = pending("c", 1, runtime=1000, held=True)
     p = plan(snap(held), policy(), catalog(), Backoff(), T0)
     (d,) = [d for d in p.decisions if d.job_ids == ("c",)]
     assert d.reason is ReasonCode.WAIT_NOT_ELIGIBLE
+    assert p.actions == ()

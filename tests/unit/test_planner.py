@@ -200,7 +200,10 @@ def test_idle_burst_node_is_used_not_drained() -> None:
     nodes = (*FULL, burst_node("b1", 900, 0.0))
     p = plan(snap(pending("b", 1, runtime=100), nodes=nodes), policy(), catalog(), Backoff(), T0)
     assert reasons(p)["b"] is ReasonCode.COVERED_BY_INFLIGHT
-    assert not p.actions
+    # Nothing bought, drained or ended: the one action moves the job onto the idle node's pool.
+    assert [(type(a).__name__, a.pool, a.job_ids) for a in p.actions] == [
+        ("MoveJobs", "aws-a100", ("b",))
+    ]
 
 
 def test_stale_snapshot_plans_nothing() -> None:

@@ -70,7 +70,17 @@ class NodeActionOut(Out):
     decision_id: str
 
 
-ActionOut = Annotated[ScaleUpOut | NodeActionOut, Field(discriminator="action")]
+class JobsActionOut(Out):
+    """Move pending jobs to capacity already bought, or release jobs held after a failed
+    launch, into a burst pool's partition."""
+
+    action: Literal["move_jobs", "release_jobs"]
+    pool: str
+    job_ids: list[str]
+    decision_id: str
+
+
+ActionOut = Annotated[ScaleUpOut | NodeActionOut | JobsActionOut, Field(discriminator="action")]
 
 
 class PlanOut(Out):
@@ -88,6 +98,7 @@ __all__ = [
     "AlternativeOut",
     "DecisionOut",
     "IacReviewOut",
+    "JobsActionOut",
     "NodeActionOut",
     "PlanOut",
     "ScaleUpOut",
