@@ -5,32 +5,15 @@ so act/ does not import the store (`provisioner.store.Store` is one)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from decimal import Decimal
 from typing import Any, Protocol
 
 from provisioner.domain.failures import ErrorCategory
 from provisioner.domain.instances import CloudInstance, InstanceState
-from provisioner.domain.intents import IntentKind, IntentPayload
-from provisioner.domain.offers import OfferKey
-from provisioner.domain.records import Intent, StoredInstance
+from provisioner.domain.records import Intent, NewIntent, StoredInstance
 
 
 class ActuatorStore(Protocol):
-    def record_intent(
-        self,
-        kind: IntentKind,
-        token: str,
-        now_ts: float,
-        *,
-        pool: str = "",
-        offer: OfferKey | str | None = None,
-        nodes: int = 0,
-        instance_id: str = "",
-        decision_id: str = "",
-        team: str = "",
-        price_usd_hr: Decimal | None = None,
-        payload: IntentPayload | Mapping[str, Any] | None = None,
-    ) -> Intent: ...
+    def record_intent(self, intent: NewIntent) -> Intent: ...
 
     def confirm(
         self,

@@ -28,6 +28,7 @@ from provisioner.domain.instances import InstanceState
 from provisioner.domain.intents import IntentKind, ScaleUpPayload, TerminatePayload
 from provisioner.domain.offers import OfferKey
 from provisioner.domain.plan import ScaleUp
+from provisioner.domain.records import NewIntent
 from provisioner.plan.backoff import Backoff
 
 # The loop's logger: these lines were always part of the pass's log stream.
@@ -115,22 +116,24 @@ class CloudActuator:
             offer = self.specs.offer(spec.offer)
             price = offer.price(spec.capacity) if offer is not None else None
             self.intents.record_intent(
-                IntentKind.SCALE_UP,
-                token,
-                now,
-                pool=pool.name,
-                offer=spec.offer,
-                nodes=max(0, target - before),
-                decision_id=did,
-                team=team,
-                price_usd_hr=price,
-                payload=ScaleUpPayload(
-                    target=target,
-                    group=spec.group_name,
-                    gpus=spec.gpus,
-                    gpu_model=spec.gpu_model,
-                    jobs=su.job_ids,
-                ),
+                NewIntent(
+                    IntentKind.SCALE_UP,
+                    token,
+                    now,
+                    pool=pool.name,
+                    offer=spec.offer,
+                    nodes=max(0, target - before),
+                    decision_id=did,
+                    team=team,
+                    price_usd_hr=price,
+                    payload=ScaleUpPayload(
+                        target=target,
+                        group=spec.group_name,
+                        gpus=spec.gpus,
+                        gpu_model=spec.gpu_model,
+                        jobs=su.job_ids,
+                    ),
+                )
             )
             tokens[spec.offer] = token
             self.hook(STEP_SCALE_UP_AFTER_INTENT)
@@ -188,15 +191,17 @@ class CloudActuator:
         key = offer or su.offer
         token = request_token(su.decision.decision_id, str(key), "not-sent")
         self.intents.record_intent(
-            IntentKind.SCALE_UP,
-            token,
-            now,
-            pool=su.pool,
-            offer=key,
-            nodes=0,
-            decision_id=su.decision.decision_id,
-            team=su.decision.team,
-            payload=ScaleUpPayload(jobs=su.job_ids),
+            NewIntent(
+                IntentKind.SCALE_UP,
+                token,
+                now,
+                pool=su.pool,
+                offer=key,
+                nodes=0,
+                decision_id=su.decision.decision_id,
+                team=su.decision.team,
+                payload=ScaleUpPayload(jobs=su.job_ids),
+            )
         )
         self.intents.fail_intent(token, now, code, error, category=category)
 
@@ -220,20 +225,22 @@ class CloudActuator:
         token = request_token(decision_id, instance_id, "terminate")
         si = self.intents.instance(instance_id)
         self.intents.record_intent(
-            IntentKind.TERMINATE,
-            token,
-            now,
-            pool=si.instance.pool if si else str(owned.pool),
-            instance_id=instance_id,
-            decision_id=decision_id,
-            payload=TerminatePayload(
-                reason=reason,
-                cloud=owned.cloud,
-                region=owned.region,
-                zone=owned.zone,
-                instance_type=owned.instance_type,
-                group=owned.group,
-            ),
+            NewIntent(
+                IntentKind.TERMINATE,
+                token,
+                now,
+                pool=si.instance.pool if si else str(owned.pool),
+                instance_id=instance_id,
+                decision_id=decision_id,
+                payload=TerminatePayload(
+                    reason=reason,
+                    cloud=owned.cloud,
+                    region=owned.region,
+                    zone=owned.zone,
+                    instance_type=owned.instance_type,
+                    group=owned.group,
+                ),
+            )
         )
         self.hook(STEP_TERMINATE_AFTER_INTENT)
         self.intents.check_fence()

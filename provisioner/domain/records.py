@@ -5,7 +5,7 @@ Also the micro-dollar and UTC-day helpers the ledger is kept in."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
@@ -13,9 +13,16 @@ from typing import Any
 
 from provisioner.domain.failures import ErrorCategory
 from provisioner.domain.instances import CloudInstance
-from provisioner.domain.intents import IntentKind, IntentStatus, ScaleUpPayload, TerminatePayload
+from provisioner.domain.intents import (
+    IntentKind,
+    IntentPayload,
+    IntentStatus,
+    ScaleUpPayload,
+    TerminatePayload,
+)
 from provisioner.domain.money import MICRO
 from provisioner.domain.nodes import GpuSample
+from provisioner.domain.offers import OfferKey
 from provisioner.domain.plan import Decision
 
 
@@ -107,6 +114,33 @@ class Intent:
     @property
     def terminate_payload(self) -> TerminatePayload:
         return TerminatePayload.from_json(self.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class NewIntent:
+    """What `record_intent` is asked to write: one value, so the store's implementations and
+    the Protocols that describe them name these fields once, here. `now_ts` becomes the
+    stored intent's `created_ts`. The store checks it (an empty token is a `StoreError`) and
+    turns `offer` and a typed `payload` into the strings and JSON it keeps."""
+
+    kind: IntentKind
+    token: str
+    now_ts: float
+    _: KW_ONLY  # the rest by name, as record_intent's keyword-only parameters were
+    pool: str = ""
+    offer: OfferKey | str | None = None
+    nodes: int = 0
+    instance_id: str = ""
+    decision_id: str = ""
+    team: str = ""
+    price_usd_hr: Decimal | None = None
+    payload: IntentPayload | Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # Callers may pass the plain strings the store keeps (as `Intent` accepts); a kind this
+        # version does not know is kept verbatim by `IntentKind._missing_`.
+        if isinstance(self.kind, str):
+            object.__setattr__(self, "kind", IntentKind(self.kind))
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,13 +21,12 @@ from provisioner.domain.instances import (
 )
 from provisioner.domain.intents import (
     IntentKind,
-    IntentPayload,
     IntentStatus,
     ScaleUpPayload,
     TerminatePayload,
 )
 from provisioner.domain.offers import CapacityType, OfferKey
-from provisioner.domain.records import Intent, StoredInstance
+from provisioner.domain.records import Intent, NewIntent, StoredInstance
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import InstanceRow, InstanceTransitionRow, IntentRow
 from provisioner.store.records import NotFound, StoreError
@@ -36,25 +35,13 @@ from provisioner.store.records import NotFound, StoreError
 class InstanceStore(StoreBase):
     # ------------------------------------------------------------------ intents and instances
 
-    def record_intent(
-        self,
-        kind: IntentKind,
-        token: str,
-        now_ts: float,
-        *,
-        pool: str = "",
-        offer: OfferKey | str | None = None,
-        nodes: int = 0,
-        instance_id: str = "",
-        decision_id: str = "",
-        team: str = "",
-        price_usd_hr: Decimal | None = None,
-        payload: IntentPayload | Mapping[str, Any] | None = None,
-    ) -> Intent:
+    def record_intent(self, intent: NewIntent) -> Intent:
         """Write what is about to be asked of the cloud. Idempotent per token: recording the
         same token again returns the intent already stored."""
+        payload = intent.payload
         if isinstance(payload, ScaleUpPayload | TerminatePayload):
             payload = payload.to_json()
+        token = intent.token
         if not token:
             raise StoreError("an intent needs an idempotency token")
         with self.fenced_transaction() as s:
@@ -62,17 +49,17 @@ class InstanceStore(StoreBase):
             if row is None:
                 row = IntentRow(
                     token=token,
-                    kind=str(kind),
+                    kind=str(intent.kind),
                     status=str(IntentStatus.PENDING),
-                    pool=pool,
-                    offer=str(offer) if offer is not None else "",
-                    nodes=nodes,
-                    instance_id=instance_id,
-                    decision_id=decision_id,
-                    team=team,
-                    price_usd_hr=price_usd_hr,
+                    pool=intent.pool,
+                    offer=str(intent.offer) if intent.offer is not None else "",
+                    nodes=intent.nodes,
+                    instance_id=intent.instance_id,
+                    decision_id=intent.decision_id,
+                    team=intent.team,
+                    price_usd_hr=intent.price_usd_hr,
                     payload=dict(payload or {}),
-                    created_ts=now_ts,
+                    created_ts=intent.now_ts,
                     error_code="",
                     error="",
                     result={},

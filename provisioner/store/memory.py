@@ -31,7 +31,6 @@ from provisioner.domain.instances import (
 )
 from provisioner.domain.intents import (
     IntentKind,
-    IntentPayload,
     IntentStatus,
     ScaleUpPayload,
     TerminatePayload,
@@ -44,6 +43,7 @@ from provisioner.domain.records import (
     JobUsage,
     LedgerEntry,
     LedgerKind,
+    NewIntent,
     StoredDecision,
     StoredInstance,
     TokenRecord,
@@ -445,39 +445,27 @@ class MemoryInstances:
 
     # ------------------------------------------------------------------ IntentLog
 
-    def record_intent(
-        self,
-        kind: IntentKind,
-        token: str,
-        now_ts: float,
-        *,
-        pool: str = "",
-        offer: OfferKey | str | None = None,
-        nodes: int = 0,
-        instance_id: str = "",
-        decision_id: str = "",
-        team: str = "",
-        price_usd_hr: Decimal | None = None,
-        payload: IntentPayload | Mapping[str, Any] | None = None,
-    ) -> Intent:
+    def record_intent(self, intent: NewIntent) -> Intent:
+        payload = intent.payload
         if isinstance(payload, ScaleUpPayload | TerminatePayload):
             payload = payload.to_json()
+        token, price = intent.token, intent.price_usd_hr
         if not token:
             raise StoreError("an intent needs an idempotency token")
         row = self._intents.get(token)
         if row is None:
             row = Intent(
                 token=token,
-                kind=IntentKind(str(kind)),
+                kind=IntentKind(str(intent.kind)),
                 status=IntentStatus.PENDING,
-                created_ts=now_ts,
-                pool=pool,
-                offer=str(offer) if offer is not None else "",
-                nodes=nodes,
-                instance_id=instance_id,
-                decision_id=decision_id,
-                team=team,
-                price_usd_hr=Decimal(price_usd_hr) if price_usd_hr is not None else None,
+                created_ts=intent.now_ts,
+                pool=intent.pool,
+                offer=str(intent.offer) if intent.offer is not None else "",
+                nodes=intent.nodes,
+                instance_id=intent.instance_id,
+                decision_id=intent.decision_id,
+                team=intent.team,
+                price_usd_hr=Decimal(price) if price is not None else None,
                 payload=_json_copy(dict(payload or {})),
                 result={},
                 error_category=None,

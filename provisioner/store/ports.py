@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from provisioner.domain.failures import ErrorCategory
 from provisioner.domain.instances import CloudInstance, InstanceState
-from provisioner.domain.intents import IntentKind, IntentPayload, IntentStatus
-from provisioner.domain.offers import OfferKey
+from provisioner.domain.intents import IntentKind, IntentStatus
 from provisioner.domain.plan import Decision
 from provisioner.domain.records import (
     BillingMark,
     Intent,
     JobUsage,
     LedgerEntry,
+    NewIntent,
     StoredDecision,
     StoredInstance,
     TokenRecord,
@@ -44,21 +44,7 @@ class IntentLog(Protocol):
     idempotency token the call carries, and settled (confirmed or failed) after it. After a
     crash `pending_intents()` lists the calls that may or may not have happened."""
 
-    def record_intent(
-        self,
-        kind: IntentKind,
-        token: str,
-        now_ts: float,
-        *,
-        pool: str = "",
-        offer: OfferKey | str | None = None,
-        nodes: int = 0,
-        instance_id: str = "",
-        decision_id: str = "",
-        team: str = "",
-        price_usd_hr: Decimal | None = None,
-        payload: IntentPayload | Mapping[str, Any] | None = None,
-    ) -> Intent:
+    def record_intent(self, intent: NewIntent) -> Intent:
         """Write a pending intent before the cloud call. Idempotent per token: recording the
         same token again returns the intent already stored, unchanged. An empty token is a
         `StoreError`."""

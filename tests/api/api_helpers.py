@@ -18,7 +18,7 @@ from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Alternative, Decision, Plan, ReasonCode, Rejection, ScaleUp
-from provisioner.domain.records import JobUsage
+from provisioner.domain.records import JobUsage, NewIntent
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.store import Store
 
@@ -106,19 +106,23 @@ def seed(store: Store) -> None:
         node_name="cloud-1",
     )
     store.record_intent(
-        "scale_up",
-        "tok-1",
-        NOW - 3950,
-        pool="aws-a100",
-        offer=OFFER,
-        nodes=1,
-        decision_id="d-1",
-        team="vision",
+        NewIntent(
+            "scale_up",
+            "tok-1",
+            NOW - 3950,
+            pool="aws-a100",
+            offer=OFFER,
+            nodes=1,
+            decision_id="d-1",
+            team="vision",
+        )
     )
     store.confirm("tok-1", NOW - 3900, instances=[inst])
     store.transition("i-1", InstanceState.ALLOCATED, NOW - 3800, "running")
     store.transition("i-1", InstanceState.READY, NOW - 3600, "slurmd up")
-    store.record_intent("scale_up", "tok-2", NOW - 100, pool="gcp-a100", offer=OTHER, nodes=1)
+    store.record_intent(
+        NewIntent("scale_up", "tok-2", NOW - 100, pool="gcp-a100", offer=OTHER, nodes=1)
+    )
     store.fail_intent("tok-2", NOW - 90, "capacity", "ZONE_RESOURCE_POOL_EXHAUSTED")
     store.record_job_usage(
         [

@@ -25,7 +25,7 @@ from provisioner.domain.instances import (
 )
 from provisioner.domain.intents import IntentKind, IntentStatus, ScaleUpPayload, TerminatePayload
 from provisioner.domain.offers import CapacityType, OfferKey
-from provisioner.domain.records import BillingMark, Intent, StoredInstance
+from provisioner.domain.records import BillingMark, Intent, NewIntent, StoredInstance
 from provisioner.store import NotFound, Store, StoreError
 from provisioner.store.memory import MemoryInstances
 from provisioner.store.ports import InstanceRepo, IntentLog, Ledger
@@ -116,16 +116,18 @@ def recorded(state: InstanceState, at: float = T0) -> Transition:
 
 def test_an_intent_reads_back_as_recorded(log: IntentLog) -> None:
     got = log.record_intent(
-        IntentKind.SCALE_UP,
-        "tok-1",
-        T0,
-        pool="aws-a100",
-        offer=SPOT,
-        nodes=2,
-        decision_id="d-1",
-        team="vision",
-        price_usd_hr=Decimal("12.50"),
-        payload=ScaleUpPayload(target=2, group="asg-1", gpus=8, gpu_model="A100", jobs=("7",)),
+        NewIntent(
+            IntentKind.SCALE_UP,
+            "tok-1",
+            T0,
+            pool="aws-a100",
+            offer=SPOT,
+            nodes=2,
+            decision_id="d-1",
+            team="vision",
+            price_usd_hr=Decimal("12.50"),
+            payload=ScaleUpPayload(target=2, group="asg-1", gpus=8, gpu_model="A100", jobs=("7",)),
+        )
     )
     expected = Intent(
         token="tok-1",
@@ -154,11 +156,13 @@ def test_an_intent_reads_back_as_recorded(log: IntentLog) -> None:
 
 def test_a_terminate_intent_keeps_its_instance_and_payload(log: IntentLog) -> None:
     log.record_intent(
-        IntentKind.TERMINATE,
-        "tok-t",
-        T0,
-        instance_id="i-1",
-        payload=TerminatePayload(reason="idle", cloud="aws", region="us-east-1"),
+        NewIntent(
+            IntentKind.TERMINATE,
+            "tok-t",
+            T0,
+            instance_id="i-1",
+            payload=TerminatePayload(reason="idle", cloud="aws", region="us-east-1"),
+        )
     )
     got = log.intent("tok-t")
     assert got is not None
@@ -172,8 +176,8 @@ def test_a_terminate_intent_keeps_its_instance_and_payload(log: IntentLog) -> No
 
 
 def test_recording_a_token_again_returns_the_first_unchanged(log: IntentLog) -> None:
-    first = log.record_intent(IntentKind.SCALE_UP, "tok-1", T0, nodes=2, team="a")
-    again = log.record_intent(IntentKind.TERMINATE, "tok-1", T0 + 5, nodes=3, team="b")
+    first = log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-1", T0, nodes=2, team="a"))
+    again = log.record_intent(NewIntent(IntentKind.TERMINATE, "tok-1", T0 + 5, nodes=3, team="b"))
     assert again == first
     assert (again.kind, again.created_ts, again.nodes, again.team) == (
         IntentKind.SCALE_UP,
@@ -186,7 +190,7 @@ def test_recording_a_token_again_returns_the_first_unchanged(log: IntentLog) -> 
 
 def test_an_empty_token_is_refused(log: IntentLog) -> None:
     with pytest.raises(StoreError):
-        log.record_intent(IntentKind.SCALE_UP, "", T0)
+        log.record_intent(NewIntent(IntentKind.SCALE_UP, "", T0))
     assert log.intents() == []
 
 
@@ -200,7 +204,7 @@ def test_an_unknown_token(log: IntentLog) -> None:
 
 
 def test_changing_an_intent_read_back_changes_nothing_stored(log: IntentLog) -> None:
-    log.record_intent(IntentKind.SCALE_UP, "tok-1", T0, payload={"jobs": ["1"]})
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-1", T0, payload={"jobs": ["1"]}))
     got = log.intent("tok-1")
     assert got is not None
     got.payload["jobs"].append("2")
@@ -213,7 +217,7 @@ def test_confirm_stores_the_instances_and_steps_and_settles_the_intent(
     log: IntentLog, repo: InstanceRepo
 ) -> None:
     repo.add_instance(make_instance("i-old", S.READY, launched_ts=T0 - H))
-    log.record_intent(IntentKind.SCALE_UP, "tok-1", T0, team="vision", nodes=2)
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-1", T0, team="vision", nodes=2))
     got = log.confirm(
         "tok-1",
         T0 + 30,
@@ -246,7 +250,7 @@ def test_confirm_stores_the_instances_and_steps_and_settles_the_intent(
 def test_confirming_twice_stores_nothing_twice_and_keeps_the_first_time(
     log: IntentLog, repo: InstanceRepo
 ) -> None:
-    log.record_intent(IntentKind.SCALE_UP, "tok-1", T0, team="vision")
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-1", T0, team="vision"))
     first = log.confirm("tok-1", T0 + 30, instances=[make_instance("i-1")], result={"n": 1})
     again = log.confirm(
         "tok-1", T0 + 60, instances=[make_instance("i-1", S.READY)], result={"n": 2}
@@ -262,7 +266,7 @@ def test_confirming_twice_stores_nothing_twice_and_keeps_the_first_time(
 
 def test_a_terminate_intent_confirms_with_its_step(log: IntentLog, repo: InstanceRepo) -> None:
     repo.add_instance(make_instance("i-1", S.READY))
-    log.record_intent(IntentKind.TERMINATE, "tok-t", T0 + 100, instance_id="i-1")
+    log.record_intent(NewIntent(IntentKind.TERMINATE, "tok-t", T0 + 100, instance_id="i-1"))
     got = log.confirm("tok-t", T0 + 110, transitions=[("i-1", S.TERMINATING, "idle 600 s")])
     assert got.status is IntentStatus.CONFIRMED
     assert dict(got.result) == {}  # no instances created: no instance_ids
@@ -285,7 +289,7 @@ def test_confirm_is_all_or_nothing(
     error: type[Exception],
 ) -> None:
     repo.add_instance(make_instance("i-0", S.READY))
-    log.record_intent(IntentKind.SCALE_UP, "tok-1", T0)
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-1", T0))
     with pytest.raises(error):
         log.confirm(
             "tok-1",
@@ -302,8 +306,8 @@ def test_confirm_is_all_or_nothing(
 
 
 def test_fail_changes_only_a_pending_intent(log: IntentLog) -> None:
-    log.record_intent(IntentKind.SCALE_UP, "tok-a", T0)
-    log.record_intent(IntentKind.SCALE_UP, "tok-b", T0)
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-a", T0))
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-b", T0))
     failed = log.fail_intent(
         "tok-a",
         T0 + 1,
@@ -328,7 +332,7 @@ def test_fail_changes_only_a_pending_intent(log: IntentLog) -> None:
 
 
 def test_fail_cuts_the_code_to_64_and_the_error_to_2000_characters(log: IntentLog) -> None:
-    log.record_intent(IntentKind.SCALE_UP, "tok-a", T0)
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-a", T0))
     got = log.fail_intent("tok-a", T0 + 1, "c" * 64 + "dropped", "e" * 2000 + "dropped")
     assert got.error_code == "c" * 64
     assert got.error == "e" * 2000
@@ -336,7 +340,7 @@ def test_fail_cuts_the_code_to_64_and_the_error_to_2000_characters(log: IntentLo
 
 def test_the_error_category_is_stored_with_the_outcome(log: IntentLog) -> None:
     for token in ("tok-a", "tok-b", "tok-c", "tok-d", "tok-p"):
-        log.record_intent(IntentKind.SCALE_UP, token, T0)
+        log.record_intent(NewIntent(IntentKind.SCALE_UP, token, T0))
     log.fail_intent("tok-a", T0 + 1, "capacity:odd", category=ErrorCategory.CAPACITY)
     log.fail_intent("tok-b", T0 + 1, "error:odd")  # no category given: none recorded
     log.confirm("tok-c", T0 + 1)  # met no error
@@ -350,16 +354,16 @@ def test_the_error_category_is_stored_with_the_outcome(log: IntentLog) -> None:
         "tok-p": None,  # pending: not recorded yet
     }
     # The category is its own field: the code's prefix does not decide it.
-    log.record_intent(IntentKind.SCALE_UP, "tok-x", T0)
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-x", T0))
     got_x = log.fail_intent("tok-x", T0 + 1, "throttling:odd", category=ErrorCategory.CAPACITY)
     assert got_x.error_category is ErrorCategory.CAPACITY
 
 
 def test_pending_intents_oldest_first_by_kind(log: IntentLog) -> None:
-    log.record_intent(IntentKind.SCALE_UP, "tok-c", T0 + 20)
-    log.record_intent(IntentKind.TERMINATE, "tok-b", T0 + 10, instance_id="i-9")
-    log.record_intent(IntentKind.SCALE_UP, "tok-a", T0 + 30)
-    log.record_intent(IntentKind.SCALE_UP, "tok-d", T0)
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-c", T0 + 20))
+    log.record_intent(NewIntent(IntentKind.TERMINATE, "tok-b", T0 + 10, instance_id="i-9"))
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-a", T0 + 30))
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-d", T0))
     log.confirm("tok-d", T0 + 40)
     assert [i.token for i in log.pending_intents()] == ["tok-b", "tok-c", "tok-a"]
     assert [i.token for i in log.pending_intents(IntentKind.SCALE_UP)] == ["tok-c", "tok-a"]
@@ -371,10 +375,10 @@ def test_pending_intents_oldest_first_by_kind(log: IntentLog) -> None:
 
 
 def test_intents_oldest_first_ties_by_token_filtered(log: IntentLog) -> None:
-    log.record_intent(IntentKind.SCALE_UP, "tok-b", T0)
-    log.record_intent(IntentKind.SCALE_UP, "tok-a", T0)
-    log.record_intent(IntentKind.TERMINATE, "tok-c", T0 + 10)
-    log.record_intent(IntentKind.SCALE_UP, "tok-d", T0 + 20)
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-b", T0))
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-a", T0))
+    log.record_intent(NewIntent(IntentKind.TERMINATE, "tok-c", T0 + 10))
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-d", T0 + 20))
     log.fail_intent("tok-a", T0 + 1, "capacity")
     log.confirm("tok-d", T0 + 21)
 
@@ -397,8 +401,8 @@ def test_intents_oldest_first_ties_by_token_filtered(log: IntentLog) -> None:
 
 def test_failed_intent_counts_per_code_of_one_kind(log: IntentLog) -> None:
     for token in ("tok-1", "tok-2", "tok-3", "tok-4", "tok-5"):
-        log.record_intent(IntentKind.SCALE_UP, token, T0)
-    log.record_intent(IntentKind.TERMINATE, "tok-t", T0, instance_id="i-9")
+        log.record_intent(NewIntent(IntentKind.SCALE_UP, token, T0))
+    log.record_intent(NewIntent(IntentKind.TERMINATE, "tok-t", T0, instance_id="i-9"))
     log.fail_intent("tok-1", T0 + 1, "capacity:InsufficientInstanceCapacity")
     log.fail_intent("tok-2", T0 + 1, "capacity:InsufficientInstanceCapacity")
     log.fail_intent("tok-3", T0 + 1, "quota:VcpuLimitExceeded")

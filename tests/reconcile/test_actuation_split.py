@@ -21,6 +21,7 @@ from provisioner.domain.intents import IntentKind, IntentStatus, ScaleUpPayload,
 from provisioner.domain.jobs import Job
 from provisioner.domain.offers import CapacityType, Offer, OfferKey
 from provisioner.domain.plan import Decision, Drain, ReasonCode, ScaleUp
+from provisioner.domain.records import NewIntent
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.catalog import Catalog
 from provisioner.reconcile.outcomes import rebuild_backoff
@@ -390,9 +391,11 @@ def test_recovery_settles_old_payloads_and_unknown_kinds_with_the_recover_catego
     store, _, _ = world
     clock = ManualClock(datetime.fromtimestamp(NOW, UTC))
     rec = Reconciler(ReconcilerDeps(store, clock, policy(), Catalog((OFFER,))))
-    store.record_intent("drain", "tok-k", NOW - 30)  # a kind this version does not know
+    store.record_intent(NewIntent("drain", "tok-k", NOW - 30))  # a kind this version does not know
     # a terminate written by an older version, for a cloud this controller has no port for
-    store.record_intent("terminate", "tok-t", NOW - 30, instance_id="i-9", payload={"cloud": "gcp"})
+    store.record_intent(
+        NewIntent("terminate", "tok-t", NOW - 30, instance_id="i-9", payload={"cloud": "gcp"})
+    )
     report = PassReport(now_ts=NOW)
     recover_intents(rec.ctx, rec.cloud, NOW, report)
     kind, term = store.intent("tok-k"), store.intent("tok-t")

@@ -12,6 +12,7 @@ from provisioner.act.backoff_feed import BackoffSettings
 from provisioner.domain.failures import ErrorCategory
 from provisioner.domain.intents import IntentKind, IntentStatus, ScaleUpPayload, TerminatePayload
 from provisioner.domain.offers import OfferKey
+from provisioner.domain.records import NewIntent
 from provisioner.reconcile.outcomes import rebuild_backoff
 from provisioner.store import Store, make_engine, migrations
 
@@ -50,9 +51,11 @@ def test_payload_dicts_written_by_older_versions_still_load():
 
 def test_typed_payloads_round_trip_through_the_store(store):
     payload = ScaleUpPayload(target=2, group="burst-g", gpus=8, gpu_model="A100", jobs=("1",))
-    store.record_intent(IntentKind.SCALE_UP, "tok-s", T0, pool="burst", payload=payload)
+    store.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-s", T0, pool="burst", payload=payload))
     stop = TerminatePayload("idle", "aws", "us-east-1", "", "p4d.24xlarge", "burst-g")
-    store.record_intent(IntentKind.TERMINATE, "tok-t", T0, instance_id="i-1", payload=stop)
+    store.record_intent(
+        NewIntent(IntentKind.TERMINATE, "tok-t", T0, instance_id="i-1", payload=stop)
+    )
     s, t = store.intent("tok-s"), store.intent("tok-t")
     assert s is not None and t is not None
     assert s.scale_up_payload == payload and dict(s.payload) == payload.to_json()
@@ -66,13 +69,13 @@ def test_typed_payloads_round_trip_through_the_store(store):
 
 
 def test_plain_dict_payloads_are_still_accepted(store):
-    store.record_intent("scale_up", "tok-d", T0, payload={"target": 1, "group": "g"})
+    store.record_intent(NewIntent("scale_up", "tok-d", T0, payload={"target": 1, "group": "g"}))
     it = store.intent("tok-d")
     assert it is not None and it.scale_up_payload == ScaleUpPayload(target=1, group="g")
 
 
 def test_a_kind_this_version_does_not_know_is_kept_verbatim(store):
-    store.record_intent("drain", "tok-x", T0)
+    store.record_intent(NewIntent("drain", "tok-x", T0))
     (it,) = store.pending_intents()
     assert isinstance(it.kind, IntentKind) and it.kind == "drain"
     assert it.kind not in (IntentKind.SCALE_UP, IntentKind.TERMINATE)
@@ -80,7 +83,7 @@ def test_a_kind_this_version_does_not_know_is_kept_verbatim(store):
 
 def test_the_error_category_is_a_column_set_when_the_intent_completes(store):
     for tok in ("tok-a", "tok-b", "tok-c", "tok-p"):
-        store.record_intent(IntentKind.SCALE_UP, tok, T0, offer=OFFER)
+        store.record_intent(NewIntent(IntentKind.SCALE_UP, tok, T0, offer=OFFER))
     failed = store.fail_intent(
         "tok-a", T0 + 1, "capacity:InsufficientInstanceCapacity", category=ErrorCategory.CAPACITY
     )
@@ -102,11 +105,11 @@ def test_the_error_category_is_a_column_set_when_the_intent_completes(store):
 def test_the_back_off_after_a_restart_comes_from_the_column(db_url):
     s1 = Store(db_url)
     key = OfferKey.parse(OFFER)
-    s1.record_intent(IntentKind.SCALE_UP, "tok-1", T0, offer=OFFER)
+    s1.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-1", T0, offer=OFFER))
     # the code's text would say throttling; the column says capacity, and the column wins
     s1.fail_intent("tok-1", T0 + 1, "throttling:odd", category=ErrorCategory.CAPACITY)
     other = "aws/us-east-1/p4d.24xlarge/on-demand"
-    s1.record_intent(IntentKind.SCALE_UP, "tok-2", T0, offer=other)
+    s1.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-2", T0, offer=other))
     s1.fail_intent("tok-2", T0 + 1, "capacity:odd", category=ErrorCategory.THROTTLING)
     s1.close()
 

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from store_helpers import T0, make_instance
 
 from provisioner.domain.instances import InstanceState
-from provisioner.domain.records import BillingMark, LedgerEntry
+from provisioner.domain.records import BillingMark, LedgerEntry, NewIntent
 from provisioner.store import ConcurrentUpdate, NotFound, Store, StoreError
 from provisioner.store.models import InstanceRow, InstanceTransitionRow, LedgerRow, RollupRow
 
@@ -35,11 +35,12 @@ def test_crash_after_intent_then_resume_confirms_once(db_url):
     rc = _run_child(
         f"""
         import os
+        from provisioner.domain.records import NewIntent
         from provisioner.store import Store
         s = Store({db_url!r})
-        s.record_intent("scale_up", "tok-1", {T0}, pool="aws-a100",
+        s.record_intent(NewIntent("scale_up", "tok-1", {T0}, pool="aws-a100",
                         offer="aws/us-east-1/p4d.24xlarge/on-demand", nodes=1,
-                        decision_id="d-1", team="vision")
+                        decision_id="d-1", team="vision"))
         os._exit(137)  # killed before the cloud call returned
         """
     )
@@ -69,16 +70,16 @@ def test_crash_after_intent_then_resume_confirms_once(db_url):
 
 
 def test_recording_the_same_intent_twice_keeps_one(store):
-    a = store.record_intent("scale_up", "tok-2", T0, nodes=2)
-    b = store.record_intent("scale_up", "tok-2", T0 + 5, nodes=3)
+    a = store.record_intent(NewIntent("scale_up", "tok-2", T0, nodes=2))
+    b = store.record_intent(NewIntent("scale_up", "tok-2", T0 + 5, nodes=3))
     assert a == b and b.nodes == 2
     assert len(store.pending_intents()) == 1
 
 
 def test_failed_intent_is_counted_by_reason(store):
-    store.record_intent("scale_up", "tok-a", T0)
-    store.record_intent("scale_up", "tok-b", T0)
-    store.record_intent("terminate", "tok-c", T0, instance_id="i-9")
+    store.record_intent(NewIntent("scale_up", "tok-a", T0))
+    store.record_intent(NewIntent("scale_up", "tok-b", T0))
+    store.record_intent(NewIntent("terminate", "tok-c", T0, instance_id="i-9"))
     store.fail_intent("tok-a", T0 + 1, "capacity", "InsufficientInstanceCapacity")
     store.fail_intent("tok-b", T0 + 1, "quota")
     assert store.failed_intent_counts() == {"capacity": 1, "quota": 1}
@@ -94,7 +95,7 @@ def test_confirm_unknown_intent_raises(store):
 
 def test_terminate_intent_confirms_with_its_transition(store):
     store.add_instance(make_instance("i-1", state=InstanceState.READY))
-    store.record_intent("terminate", "tok-t", T0 + 100, instance_id="i-1")
+    store.record_intent(NewIntent("terminate", "tok-t", T0 + 100, instance_id="i-1"))
     store.confirm("tok-t", T0 + 110, transitions=[("i-1", InstanceState.TERMINATING, "idle 600 s")])
     si = store.instance("i-1")
     assert si is not None and si.instance.state is InstanceState.TERMINATING

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import func, select
 from store_helpers import T0, make_instance
 
-from provisioner.domain.records import LedgerEntry
+from provisioner.domain.records import LedgerEntry, NewIntent
 from provisioner.reconcile.leadership import Leadership
 from provisioner.store import Fence, FencedOut, Store
 from provisioner.store.models import IntentRow
@@ -78,11 +78,11 @@ def test_a_stale_token_write_is_refused_whole_and_counted(two, clock):
     a, b = two
     a.acquire_lease(NAME, "ctl-a", TTL)
     a.fence = Fence(NAME, "ctl-a", 1, TTL)
-    a.record_intent("scale_up", "tok-1", T0, pool="p", nodes=1)
+    a.record_intent(NewIntent("scale_up", "tok-1", T0, pool="p", nodes=1))
     clock.t = 1011.0
     b.acquire_lease(NAME, "ctl-b", TTL)  # ctl-a was paused past its lease
     with pytest.raises(FencedOut, match=r"token 1 of ctl-a is stale.*ctl-b \(token 2\)"):
-        a.record_intent("scale_up", "tok-2", T0, pool="p", nodes=1)
+        a.record_intent(NewIntent("scale_up", "tok-2", T0, pool="p", nodes=1))
     with pytest.raises(FencedOut):
         a.confirm("tok-1", T0, instances=[make_instance("i-1")])
     with pytest.raises(FencedOut):
@@ -102,10 +102,10 @@ def test_an_expired_lease_refuses_writes_until_renewed(two, clock):
     a.fence = Fence(NAME, "ctl-a", 1, TTL)
     clock.t = 1010.5
     with pytest.raises(FencedOut, match=r"expired 0\.5s ago"):
-        a.record_intent("terminate", "tok-1", T0, instance_id="i-1")
+        a.record_intent(NewIntent("terminate", "tok-1", T0, instance_id="i-1"))
     renewed = a.acquire_lease(NAME, "ctl-a", TTL)
     a.fence = Fence(NAME, "ctl-a", renewed.token, TTL)
-    a.record_intent("terminate", "tok-1", T0, instance_id="i-1")
+    a.record_intent(NewIntent("terminate", "tok-1", T0, instance_id="i-1"))
     assert _intents(a) == 1
 
 
@@ -124,7 +124,7 @@ def test_check_fence_renews_for_the_leader_and_refuses_anyone_else(two, clock):
 def test_without_a_fence_nothing_is_checked(db_url):
     s = Store(db_url)
     s.check_fence()
-    s.record_intent("scale_up", "tok-1", T0, pool="p", nodes=1)
+    s.record_intent(NewIntent("scale_up", "tok-1", T0, pool="p", nodes=1))
     assert _intents(s) == 1
     s.close()
 
@@ -146,8 +146,8 @@ def test_leadership_leads_stands_by_and_takes_over(two, clock):
     assert lb.ensure() is False
     assert b.fence == Fence(NAME, "ctl-b", 0, TTL)  # fenced though it never led
     with pytest.raises(FencedOut):
-        b.record_intent("scale_up", "tok-b", T0, pool="p", nodes=1)
-    a.record_intent("scale_up", "tok-a", T0, pool="p", nodes=1)
+        b.record_intent(NewIntent("scale_up", "tok-b", T0, pool="p", nodes=1))
+    a.record_intent(NewIntent("scale_up", "tok-a", T0, pool="p", nodes=1))
     view = lb.view()
     assert (view.leading, view.leader, view.token) == (False, "ctl-a", 1)
     clock.t = 1011.0
@@ -155,8 +155,8 @@ def test_leadership_leads_stands_by_and_takes_over(two, clock):
     assert la.ensure() is False
     assert a.fence == Fence(NAME, "ctl-a", 1, TTL)  # kept at its stale token, not cleared
     with pytest.raises(FencedOut):
-        a.record_intent("scale_up", "tok-a2", T0, pool="p", nodes=1)
-    b.record_intent("scale_up", "tok-b", T0, pool="p", nodes=1)
+        a.record_intent(NewIntent("scale_up", "tok-a2", T0, pool="p", nodes=1))
+    b.record_intent(NewIntent("scale_up", "tok-b", T0, pool="p", nodes=1))
     assert lb.view().as_dict()["role"] == "leader" and la.view().as_dict()["role"] == "standby"
 
 
