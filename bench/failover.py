@@ -48,6 +48,7 @@ def one_round(dbs: Databases, moto: FaultyMotoServer, folder: Path, step: str, p
     url = dbs.new_url()
     store = Store(url)
     w = World(url, moto.endpoint, folder, start_clock().now().timestamp())
+    moto.use_clock(w.clock().now)  # the stand-in cloud on the world's clock, as the children
     try:
         a = w.start("ctl-a", go=False, **({"pause_at": step} if pause else {"kill_at": step}))
         b = w.start("ctl-b", go=False)

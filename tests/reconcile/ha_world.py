@@ -218,6 +218,12 @@ class World:
     speed: float = SPEED
     children: list[Child] = field(default_factory=list)
 
+    def clock(self) -> ScaledClock:
+        """The world's simulated clock, as every child keeps it. The stand-in cloud runs on it
+        too (moto's `use_clock`), as a real cloud's clock runs at the controller's rate: left on
+        the wall clock, moto's stamps would crawl at 1/SPEED of the children's time."""
+        return ScaledClock(self.t0, self.wall0, self.speed)
+
     def start(self, holder: str, *, go: bool = True, **steps: str) -> Child:
         """Start a controller process; with go=False it waits for `child.go()` to tick."""
         cfg = {

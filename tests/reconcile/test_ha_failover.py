@@ -44,6 +44,7 @@ TAKEOVER_BOUND_S = TTL_S + TICK_S + TICK_S
 def world(db_url, moto, tmp_path):
     clock = start_clock()
     w = World(db_url, moto.endpoint, tmp_path, clock.now().timestamp())
+    moto.use_clock(w.clock().now)  # the fixture puts moto back on the wall clock after
     yield w
     w.stop_all()
 
@@ -139,6 +140,7 @@ def pg_ctl(url: str, action: str) -> None:
 def test_restart_postgresql_under_two_controllers(pg_url, moto, tmp_path):
     url = pg_url()
     w = World(url, moto.endpoint, tmp_path, start_clock().now().timestamp())
+    moto.use_clock(w.clock().now)
     store = Store(url)
     try:
         a = w.start("ctl-a", go=False)
