@@ -142,6 +142,11 @@ class NewIntent:
         if isinstance(self.kind, str):
             object.__setattr__(self, "kind", IntentKind(self.kind))
 
+    @property
+    def offer_text(self) -> str:
+        """The offer as both stores keep it: its string form, "" for none."""
+        return str(self.offer) if self.offer is not None else ""
+
 
 @dataclass(frozen=True, slots=True)
 class StoredInstance:

@@ -52,7 +52,7 @@ class InstanceStore(StoreBase):
                     kind=str(intent.kind),
                     status=str(IntentStatus.PENDING),
                     pool=intent.pool,
-                    offer=str(intent.offer) if intent.offer is not None else "",
+                    offer=intent.offer_text,
                     nodes=intent.nodes,
                     instance_id=intent.instance_id,
                     decision_id=intent.decision_id,

@@ -456,11 +456,11 @@ class MemoryInstances:
         if row is None:
             row = Intent(
                 token=token,
-                kind=IntentKind(str(intent.kind)),
+                kind=intent.kind,  # NewIntent made it an IntentKind
                 status=IntentStatus.PENDING,
                 created_ts=intent.now_ts,
                 pool=intent.pool,
-                offer=str(intent.offer) if intent.offer is not None else "",
+                offer=intent.offer_text,
                 nodes=intent.nodes,
                 instance_id=intent.instance_id,
                 decision_id=intent.decision_id,
