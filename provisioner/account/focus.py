@@ -29,7 +29,7 @@ from typing import Any
 
 from provisioner.account.budgets import month_bounds
 from provisioner.account.csv_safe import safe_row
-from provisioner.store.ports import Ledger
+from provisioner.ports.store import Ledger
 
 FOCUS_COLUMNS: tuple[str, ...] = (
     "BilledCost",

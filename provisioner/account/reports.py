@@ -19,7 +19,7 @@ from decimal import Decimal
 from provisioner.account.csv_safe import safe_row
 from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.records import LedgerKind
-from provisioner.store.ports import Ledger
+from provisioner.ports.store import Ledger
 
 GROUP_KEYS = ("team", "account", "user", "partition", "cloud", "region", "pool", "kind", "day")
 KINDS = tuple(k.value for k in LedgerKind)

@@ -1,5 +1,5 @@
 """In-memory repositories: plain dicts and lists behind the store's Protocols
-(`provisioner.store.ports`), for tests and tools that want a store without a database.
+(`provisioner.ports.store`), for tests and tools that want a store without a database.
 
 They keep what callers of the SQL store can observe: the same ordering, filters, defaults,
 normalisation (amounts to the micro-dollar, decision details as text) and errors, and
@@ -758,7 +758,7 @@ def _needs_billing(si: StoredInstance) -> bool:
 
 
 if TYPE_CHECKING:
-    from provisioner.store.ports import DecisionLog, InstanceRepo, IntentLog, Ledger, TokenRepo
+    from provisioner.ports.store import DecisionLog, InstanceRepo, IntentLog, Ledger, TokenRepo
 
     def _memory_satisfies_its_port() -> None:
         # mypy fails here, naming the member, the day a class stops matching its Protocol.

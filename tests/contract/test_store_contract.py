@@ -1,4 +1,4 @@
-"""The store's contract suites, one per Protocol (`provisioner.store.ports`): `DecisionLog` and
+"""The store's contract suites, one per Protocol (`provisioner.ports.store`): `DecisionLog` and
 `TokenRepo` here, `Ledger` in test_store_ledger_contract.py. Each test runs against the
 in-memory class (`provisioner.store.memory`), the SQLite store and, where
 PROVISIONER_TEST_DATABASE_URL names a server, the PostgreSQL store.
@@ -24,9 +24,9 @@ from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Alternative, Decision, ReasonCode, Rejection
 from provisioner.domain.records import StoredDecision, TokenRecord
+from provisioner.ports.store import DecisionLog, Ledger, TokenRepo
 from provisioner.store import Store, StoreError
 from provisioner.store.memory import MemoryDecisionLog, MemoryLedger, MemoryTokenRepo
-from provisioner.store.ports import DecisionLog, Ledger, TokenRepo
 from tests.databases import BACKENDS
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z, a UTC midnight

@@ -1,4 +1,4 @@
-"""The `IntentLog` and `InstanceRepo` contracts (`provisioner.store.ports`): intents written
+"""The `IntentLog` and `InstanceRepo` contracts (`provisioner.ports.store`): intents written
 before each cloud call and settled after it, and the instances they create with their
 lifecycle history, on the in-memory class (`MemoryInstances`), SQLite and PostgreSQL alike (see
 test_store_contract.py for how the engines are chosen). Every expected value is written out by
@@ -26,9 +26,9 @@ from provisioner.domain.instances import (
 from provisioner.domain.intents import IntentKind, IntentStatus, ScaleUpPayload, TerminatePayload
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.records import BillingMark, Intent, NewIntent, StoredInstance
+from provisioner.ports.store import InstanceRepo, IntentLog, Ledger
 from provisioner.store import NotFound, Store, StoreError
 from provisioner.store.memory import MemoryInstances
-from provisioner.store.ports import InstanceRepo, IntentLog, Ledger
 
 S = InstanceState
 ON_DEMAND = OfferKey("gcp", "us-central1", "a2-highgpu-8g", CapacityType.ON_DEMAND)

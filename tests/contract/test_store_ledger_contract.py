@@ -1,4 +1,4 @@
-"""The `Ledger` contract (`provisioner.store.ports.Ledger`): job usage, ledger rows, the report
+"""The `Ledger` contract (`provisioner.ports.store.Ledger`): job usage, ledger rows, the report
 queries and the billing watermarks, on the in-memory ledger, SQLite and PostgreSQL alike (see
 test_store_contract.py for the implementations). Every expected value is added up by hand."""
 
@@ -18,9 +18,9 @@ from provisioner.domain.records import (
     LedgerEntry,
     LedgerKind,
 )
+from provisioner.ports.store import Ledger
 from provisioner.store import ConcurrentUpdate, NotFound, StoreError
 from provisioner.store.ledger import EXPORT_COLUMNS
-from provisioner.store.ports import Ledger
 
 
 @pytest.fixture(scope="module", params=IMPLEMENTATIONS)

@@ -3,7 +3,7 @@ needs and a test can hand it a small in-memory one (`provisioner.store.memory`).
 
 Each Protocol repeats the signatures of one store concern exactly (`store/instances.py`,
 `decisions.py`, `ledger.py`, `tokens.py`); `provisioner.store.Store` satisfies every one of
-them structurally, which mypy checks below. The behaviour each promises is pinned down by the
+them, which mypy checks in `provisioner.store`. The behaviour each promises is pinned down by the
 contract suite in `tests/contract/test_store_contract.py`, run against the in-memory classes,
 SQLite and PostgreSQL alike.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from provisioner.domain.failures import ErrorCategory
 from provisioner.domain.instances import CloudInstance, InstanceState
@@ -321,16 +321,3 @@ class TokenRepo(Protocol):
         """Revoke a token at `now_ts`; revoking again keeps the first time. False: no such
         token."""
         ...
-
-
-if TYPE_CHECKING:
-    from provisioner.store import Store
-
-    def _store_satisfies_every_port(store: Store) -> None:
-        # mypy fails here, naming the member, the day `Store` stops matching a Protocol.
-        intents: IntentLog = store
-        instances: InstanceRepo = store
-        decisions: DecisionLog = store
-        ledger: Ledger = store
-        tokens: TokenRepo = store
-        del intents, instances, decisions, ledger, tokens
