@@ -1,6 +1,7 @@
 """The records the store hands to and from its callers: frozen dataclasses of domain values, with
 no ORM in them, so account/ and reconcile/ compute on them without knowing how they are kept.
-Also the micro-dollar and UTC-day helpers the ledger is kept in."""
+Also the leader lease and the fence a leader's writes carry, and the micro-dollar and UTC-day
+helpers the ledger is kept in."""
 
 from __future__ import annotations
 
@@ -299,3 +300,30 @@ class BillingMark:
     expected: float | None
     until: float
     add_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What a leader's writes carry: the lease, its holder and the token it was granted."""
+
+    name: str
+    holder: str
+    token: int
+    ttl_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A leader lease as it stands: who holds it, since and until when (the store's clock), the
+    fencing token of the current term and how many writes were refused for a stale token."""
+
+    name: str
+    holder: str
+    token: int
+    acquired_ts: float
+    renewed_ts: float
+    expires_ts: float
+    refused: int = 0
+
+    def held_by(self, holder: str, now_ts: float) -> bool:
+        return self.holder == holder and self.expires_ts > now_ts

@@ -1,11 +1,17 @@
 """The store's repositories as narrow Protocols, so a caller can say which slice of the store it
 needs and a test can hand it a small in-memory one (`provisioner.store.memory`).
 
-Each Protocol repeats the signatures of one store concern exactly (`store/instances.py`,
-`decisions.py`, `ledger.py`, `tokens.py`); `provisioner.store.Store` satisfies every one of
-them, which mypy checks in `provisioner.store`. The behaviour each promises is pinned down by the
-contract suite in `tests/contract/test_store_contract.py`, run against the in-memory classes,
-SQLite and PostgreSQL alike.
+This is where the store's contract is written: each method's signature once, with the behaviour
+it promises in its docstring. One Protocol per store concern: `IntentLog` and `InstanceRepo`
+(`store/instances.py`), `DecisionLog`, `Ledger`, `TokenRepo`, `PolicyRepo` (pools, the
+operator's switches, budgets), `TelemetryRepo` (GPU telemetry and energy marks), `Fencing` and
+`LeaderLease` (the leader lease), `RuntimeHistory` and `ClockMarks`; `ControllerStore` is all of
+them together, the store as the reconcile loop sees it. The SQL store's concerns
+(`provisioner.store.*`) and the in-memory classes (`provisioner.store.memory`) subclass their
+Protocols explicitly, so mypy checks every signature against the port and refuses to build a
+class that lacks a member (`provisioner.store.Store` is a `ControllerStore`). The behaviour is
+pinned down by one contract suite per port under `tests/contract/` (`test_store_*contract.py`),
+run against the in-memory classes, SQLite and PostgreSQL alike.
 
 Promises shared by all of them:
 
@@ -15,6 +21,10 @@ Promises shared by all of them:
   caller holds never changes what is stored.
 - Errors are the store's typed ones (`StoreError`, `NotFound`, `ConcurrentUpdate`,
   `FencedOut`), never a driver's, except where a docstring says otherwise.
+- Times are UTC POSIX seconds (floats), money is `Decimal`.
+- "Fenced": a write that acts on the world. When the store carries a fence (a controller in HA
+  mode, see `Fencing`), the SQL store refuses such a write whole with `FencedOut` unless the
+  fence is the current, unexpired lease. The in-memory classes have no fence on their writes.
 """
 
 from __future__ import annotations
@@ -23,18 +33,30 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Protocol
 
+from provisioner.clock import ClockMark
+from provisioner.config.models import Budgets, PoolPolicy
+from provisioner.domain.cloud_clock import SkewEstimate
 from provisioner.domain.failures import ErrorCategory
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.intents import IntentKind, IntentStatus
+from provisioner.domain.nodes import GpuSample
 from provisioner.domain.plan import Decision
 from provisioner.domain.records import (
     BillingMark,
+    BudgetRecord,
+    EnergyMark,
+    Fence,
     Intent,
     JobUsage,
+    Lease,
     LedgerEntry,
     NewIntent,
+    NodeTelemetry,
+    OperatorState,
+    PoolInfo,
     StoredDecision,
     StoredInstance,
+    StoredPayload,
     TokenRecord,
 )
 
@@ -47,7 +69,7 @@ class IntentLog(Protocol):
     def record_intent(self, intent: NewIntent) -> Intent:
         """Write a pending intent before the cloud call. Idempotent per token: recording the
         same token again returns the intent already stored, unchanged. An empty token is a
-        `StoreError`."""
+        `StoreError`. Fenced."""
         ...
 
     def confirm(
@@ -61,8 +83,9 @@ class IntentLog(Protocol):
         category: ErrorCategory = ErrorCategory.NONE,
     ) -> Intent:
         """The call took effect: store the instances it created and the lifecycle steps it
-        caused and mark the intent confirmed, all or nothing. Confirming twice stores no
-        instance twice and keeps the first completion time. `NotFound` for an unknown token."""
+        caused and mark the intent confirmed, all or nothing. `category`: the error a partly
+        filled call met (the shortfall's). Confirming twice stores no instance twice and keeps
+        the first completion time. `NotFound` for an unknown token. Fenced."""
         ...
 
     def fail_intent(
@@ -75,7 +98,9 @@ class IntentLog(Protocol):
         category: ErrorCategory | None = None,
     ) -> Intent:
         """The call failed or never happened. Only a pending intent changes: a settled one is
-        returned as it is. `NotFound` for an unknown token."""
+        returned as it is. `category`, from the typed error, is what the back-off is rebuilt
+        from; without one the intent's `error_category` stays None, as for an intent written
+        before categories were kept. `NotFound` for an unknown token. Fenced."""
         ...
 
     def intent(self, token: str) -> Intent | None:
@@ -95,11 +120,13 @@ class IntentLog(Protocol):
         limit: int | None = None,
     ) -> list[Intent]:
         """Intents, oldest first (then by token), filtered by kind, status and creation time
-        (`created_ts >= since_ts`), at most `limit`."""
+        (`created_ts >= since_ts`), at most `limit`. The loop reads recent scale-ups to adopt
+        the instances they launched and to rebuild the back-off."""
         ...
 
     def first_intent_ts(self, kind: IntentKind | str) -> float | None:
-        """When the oldest intent of `kind` was recorded (None: there is none)."""
+        """When the oldest intent of `kind` was recorded (None: there is none): nothing of that
+        kind was asked for before it."""
         ...
 
     def failed_intent_counts(self, kind: IntentKind | str = IntentKind.SCALE_UP) -> dict[str, int]:
@@ -114,7 +141,8 @@ class InstanceRepo(Protocol):
     def add_instance(
         self, inst: CloudInstance, *, team: str = "", intent_token: str = ""
     ) -> StoredInstance:
-        """Store an instance found by passive sync. One already stored is kept as it is."""
+        """Store an instance found by passive sync (by tag). One already stored is kept as it
+        is. Fenced."""
         ...
 
     def transition(
@@ -129,12 +157,12 @@ class InstanceRepo(Protocol):
         """Move an instance along the transition table and record the step (a move to the
         state it is in changes nothing). `cloud_ts`: the cloud's own stamp for the step,
         translated and clamped (billing starts or ends there). `IllegalTransition` for a step
-        the table forbids, `TransitionOutOfOrder` for one dated before the step it follows,
-        `NotFound` for an unknown instance."""
+        the table forbids, `TransitionOutOfOrder` for one dated before the step it follows
+        (nothing is written), `NotFound` for an unknown instance. Fenced."""
         ...
 
     def set_node_name(self, instance_id: str, node_name: str) -> None:
-        """Name the Slurm node of an instance. `NotFound` for an unknown instance."""
+        """Name the Slurm node of an instance. `NotFound` for an unknown instance. Fenced."""
         ...
 
     def instance(self, instance_id: str) -> StoredInstance | None:
@@ -159,7 +187,7 @@ class InstanceRepo(Protocol):
         self, now_ts: float, timeouts: Mapping[InstanceState, float] | None = None
     ) -> list[CloudInstance]:
         """Instances that stayed in their state longer than its timeout (default: the
-        domain's per-state timeouts)."""
+        domain's per-state timeouts; a state with no timeout never times out)."""
         ...
 
     def instance_counts(self) -> dict[str, int]:
@@ -178,7 +206,7 @@ class DecisionLog(Protocol):
     def record_decisions(self, decisions: Iterable[Decision], created_ts: float) -> int:
         """Store decisions, all or nothing; returns how many were given. Ids are deterministic:
         recording an id again replaces its content but keeps its first `created_ts` and its
-        IaC review. `detail` values are kept as strings."""
+        IaC review. `detail` values are kept as strings. Fenced."""
         ...
 
     def set_iac_review(
@@ -220,11 +248,11 @@ class Ledger(Protocol):
 
     def record_job_usage(self, usages: Iterable[JobUsage]) -> int:
         """Upsert usage records keyed by (job, node, start), all or nothing; returns how many
-        were given. An update keeps the record's id and billing watermark."""
+        were given. An update keeps the record's id and billing watermark. Fenced."""
         ...
 
     def end_job(self, job_id: str, end_ts: float) -> int:
-        """Close every open usage record of a job; returns how many were closed."""
+        """Close every open usage record of a job; returns how many were closed. Fenced."""
         ...
 
     def job_usage(
@@ -243,7 +271,7 @@ class Ledger(Protocol):
         ...
 
     def add_ledger(self, entries: Iterable[LedgerEntry]) -> int:
-        """Append ledger rows, all or nothing; returns how many."""
+        """Append ledger rows, all or nothing; returns how many. Fenced."""
         ...
 
     def commit_billing(
@@ -256,7 +284,7 @@ class Ledger(Protocol):
         """Append ledger rows and move billing watermarks (an instance's billed-until and
         billed seconds, a usage record's billed-until), all or nothing; returns the rows
         written. A watermark that is not at its mark's `expected` any more raises
-        `ConcurrentUpdate`; an unknown instance or usage id raises `NotFound`."""
+        `ConcurrentUpdate`; an unknown instance or usage id raises `NotFound`. Fenced."""
         ...
 
     def ledger_total(self, from_ts: float | None = None, to_ts: float | None = None) -> Decimal:
@@ -283,7 +311,7 @@ class Ledger(Protocol):
         self, from_ts: float, to_ts: float, kinds: Sequence[str]
     ) -> dict[str, tuple[Decimal, Decimal]]:
         """Per cloud instance with rows of `kinds` starting in [from_ts, to_ts): (its cost, the
-        part of it of kind job)."""
+        part of it of kind job): which instances ever ran a job, and what the others cost."""
         ...
 
     def ledger_export(
@@ -320,4 +348,249 @@ class TokenRepo(Protocol):
     def revoke_token(self, token_id: str, now_ts: float) -> bool:
         """Revoke a token at `now_ts`; revoking again keeps the first time. False: no such
         token."""
+        ...
+
+
+class PolicyRepo(Protocol):
+    """What policy and the operator set: the burst pools (as policy declares them, plus the
+    operator's drain flag), the operator's switches (pause, the sweep's hold and go-ahead) and
+    the budgets."""
+
+    def sync_pools(self, pools: Iterable[PoolPolicy], now_ts: float) -> None:
+        """Upsert the pools declared in policy, all or nothing. A pool already stored takes
+        policy's fields and keeps the operator's drain flag (with its time and author); a new
+        one starts undrained. A pool no longer declared is kept. No `gpu_model` is kept as
+        ''."""
+        ...
+
+    def pools(self) -> list[PoolInfo]:
+        """Every stored pool, by name."""
+        ...
+
+    def pool(self, name: str) -> PoolInfo | None:
+        """One pool, or None."""
+        ...
+
+    def set_pool_drained(
+        self, name: str, drained: bool, now_ts: float, by: str = ""
+    ) -> PoolInfo | None:
+        """Drain (or undrain) a pool: no new scale-ups, its nodes drained. Draining stamps
+        `drained_ts` with `now_ts` and `drained_by` with `by`; undraining clears them (None,
+        ''). Returns the pool as it stands afterwards. None: no such pool (nothing stored)."""
+        ...
+
+    def operator_state(self) -> OperatorState:
+        """The operator's switches and the names of the drained pools (in no promised order).
+        Before any switch was set, the defaults: not paused, no reason, `updated_ts` 0.0, no
+        sweep hold, no go-ahead."""
+        ...
+
+    def set_paused(self, paused: bool, now_ts: float, by: str = "", reason: str = "") -> None:
+        """Pause (or resume) the controller's scale-ups, stamped with `now_ts` and `by`.
+        `reason` replaces the one stored, kept to its first 500 characters."""
+        ...
+
+    def set_sweep_hold(self, reason: str, now_ts: float) -> None:
+        """The sweep's safety valve: hold (a reason) or release (""). A hold keeps its start
+        time while it lasts (a new reason during it replaces the text only), so an operator's
+        go-ahead given during it stays valid; a release clears it. `reason` is kept to its
+        first 500 characters. Fenced."""
+        ...
+
+    def approve_sweep(self, now_ts: float, by: str) -> None:
+        """An operator checked the disagreement and lets the held sweep go ahead: the go-ahead
+        (stamped `now_ts`, `by`) counts for a hold that started at or before it
+        (`OperatorState.sweep_approved`)."""
+        ...
+
+    def sync_budgets(self, budgets: Budgets, now_ts: float) -> None:
+        """Replace the stored budgets by those in policy, all or nothing: the global $/h
+        (scope 'global', name '*', when policy sets one) and each team's monthly $ (scope
+        'team', name the team). Every other stored budget is deleted."""
+        ...
+
+    def budgets(self) -> list[BudgetRecord]:
+        """The stored budgets by scope, then name, the amounts exactly as given."""
+        ...
+
+
+class TelemetryRepo(Protocol):
+    """GPU telemetry pushed by the node agents: the latest sample of each GPU, the latest whole
+    payload of each node, and the energy watermarks, moved together with the energy ledger rows
+    they price."""
+
+    def upsert_telemetry(self, node: str, samples: Iterable[GpuSample], received_ts: float) -> int:
+        """Keep the latest sample of each GPU of `node` (by index), all or nothing: a sample
+        older than the one stored never overwrites it (one as old does). Returns how many of
+        the samples given were kept."""
+        ...
+
+    def prune_telemetry(self, before_ts: float) -> int:
+        """Forget GPUs and payloads received before `before_ts` and energy marks last moved
+        (`commit_energy`'s `now_ts`) before it: telemetry retention. Returns how many were
+        forgotten, the three kinds together. A node that comes back starts again from a fresh
+        energy baseline."""
+        ...
+
+    def telemetry(self, node: str | None = None) -> list[NodeTelemetry]:
+        """The latest samples, per node (or of `node` only), by node, each node's GPUs by
+        index; a node's `received_ts` is the latest of its GPUs'."""
+        ...
+
+    def put_telemetry_payload(
+        self,
+        node: str,
+        sampled_ts: float,
+        received_ts: float,
+        payload: Mapping[str, Any],
+        idle_since: Mapping[int, float],
+    ) -> bool:
+        """Keep a node's latest whole payload (as JSON: it reads back with lists for tuples),
+        with since when each GPU index has been idle. An older sample never overwrites a newer
+        one (False: not stored); one as old does."""
+        ...
+
+    def telemetry_payloads(self, node: str | None = None) -> list[StoredPayload]:
+        """The latest payload of each node (or of `node` only), by node."""
+        ...
+
+    def energy_marks(self, node: str | None = None) -> dict[tuple[str, str], EnergyMark]:
+        """Energy watermarks keyed by (node, gpu_key), of every node or of `node` only."""
+        ...
+
+    def commit_energy(
+        self,
+        entries: Sequence[LedgerEntry],
+        marks: Sequence[tuple[EnergyMark | None, EnergyMark]],
+        now_ts: float,
+    ) -> int:
+        """Write energy ledger rows and move the GPUs' energy watermarks together, all or
+        nothing; returns the rows written. Each mark is (what was read, None if there was none;
+        the new one): a watermark whose `sampled_ts` is not what was read any more aborts the
+        whole write with `ConcurrentUpdate`; an entry the ledger refuses (see `Ledger`) with
+        `StoreError`. The marks moved are stamped `now_ts`. Fenced."""
+        ...
+
+
+class Fencing(Protocol):
+    """The check a controller makes before a cloud or Slurm call: does it still lead?
+
+    `fence` is what its writes carry: set by a controller in HA mode
+    (`provisioner.reconcile.leadership`) to the lease term it holds, None for a lone
+    controller, which has nothing to check."""
+
+    fence: Fence | None
+
+    def check_fence(self) -> None:
+        """Refuse with `FencedOut` unless this store's fence is the current, unexpired lease
+        (same holder and token, not expired by the store's clock); renew the lease when it is
+        (it then expires no sooner than now plus the fence's ttl). A refusal is counted on the
+        lease (`Lease.refused`). No fence: nothing to check."""
+        ...
+
+
+class LeaderLease(Fencing, Protocol):
+    """The leader lease: which controller may act. One lease per name, with a holder, an expiry
+    and a fencing token. Taking the lease, the first time, from another holder or after it
+    lapsed (even by the same holder), starts a new term: the token grows by one. Renewing a
+    lease one holds keeps the token.
+
+    Expiry is judged by the store's clock (`db_now`): the database's for the SQL store, so
+    controllers on hosts whose clocks disagree still agree on who leads; an injected one in
+    memory. It is exclusive: at `expires_ts` the lease is free."""
+
+    def db_now(self) -> float:
+        """The store's clock, the one leases are judged by (UTC seconds)."""
+        ...
+
+    def acquire_lease(self, name: str, holder: str, ttl_s: float) -> Lease:
+        """Take or renew lease `name` for `holder`, to expire `ttl_s` seconds from now, when it
+        is free, expired or already `holder`'s; otherwise change nothing. Returns the lease as
+        it stands afterwards (the caller leads when `lease.holder == holder`). A new term has
+        the next token (1 for a lease never held) and `acquired_ts` now; a renewal keeps both.
+        A `ttl_s` not above 0 is a `StoreError`."""
+        ...
+
+    def release_lease(self, name: str, holder: str, token: int) -> bool:
+        """Give the lease up (a clean stop) so a standby need not wait for it to expire: it
+        expires now (or stays expired), keeping its holder and token. False, changing nothing:
+        no such lease, or it is not `holder`'s term `token`."""
+        ...
+
+    def lease(self, name: str) -> Lease | None:
+        """Lease `name` as it stands, or None."""
+        ...
+
+
+class RuntimeHistory(Protocol):
+    """The learned runtime history (`provisioner.plan.history`), kept so a restart does not
+    forget it: per name ("user:ann", "group:cv", a partition), its last few completed
+    runtimes, oldest first."""
+
+    def runtime_history(self) -> dict[str, list[float]]:
+        """Every stored name's runtimes, oldest first, as floats."""
+        ...
+
+    def save_runtime_history(self, entries: Mapping[str, Sequence[float]], now_ts: float) -> None:
+        """Replace the runtimes of the given names, all or nothing; other names are left as
+        they are. Nothing given: nothing written. Fenced: a lapsed leader's learning is
+        refused too."""
+        ...
+
+
+class ClockMarks(Protocol):
+    """The controller's clock marks and the clouds' measured skew.
+
+    A clock mark per host boot: where that boot's controller clock stood on its monotonic clock
+    at its last pass (`provisioner.clock.ClockMark`). A restart on the same boot carries the
+    clock on from it; the highest `ts` is the floor no lifecycle stamp goes below. A skew per
+    cloud account: the cloud's clock minus the controller's, as last measured, for /metrics
+    and `provisioner doctor`."""
+
+    def save_clock_mark(self, mark: ClockMark) -> None:
+        """Keep where this boot's clock stands, replacing the boot's earlier mark. Fenced: a
+        lapsed leader's mark is refused too."""
+        ...
+
+    def clock_mark(self, boot_id: str) -> ClockMark | None:
+        """The mark of boot `boot_id`, or None."""
+        ...
+
+    def latest_clock_ts(self) -> float:
+        """The latest time any controller's clock stood at on this store: the highest `ts` of
+        every boot's mark (0.0: none yet)."""
+        ...
+
+    def save_cloud_skews(self, estimates: Sequence[SkewEstimate]) -> None:
+        """Keep the latest estimate per (cloud, account), replacing an earlier one, all or
+        nothing; the agreed span (`lo_s`, `hi_s`) is not kept. Nothing given: nothing written.
+        Fenced."""
+        ...
+
+    def cloud_skews(self) -> list[SkewEstimate]:
+        """The kept estimates by cloud, then account (`lo_s` and `hi_s` read back as 0.0)."""
+        ...
+
+
+class ControllerStore(
+    IntentLog,
+    InstanceRepo,
+    DecisionLog,
+    Ledger,
+    TokenRepo,
+    PolicyRepo,
+    TelemetryRepo,
+    LeaderLease,
+    RuntimeHistory,
+    ClockMarks,
+    Protocol,
+):
+    """The whole store as the reconcile loop's context sees it: every port above on one
+    database (`provisioner.store.Store`)."""
+
+    # The engine the store runs on ("sqlite", "postgresql"), for what differs between them.
+    dialect: str
+
+    def close(self) -> None:
+        """Let go of the store's connections; the store is not used afterwards."""
         ...

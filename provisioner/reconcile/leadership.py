@@ -21,7 +21,8 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from provisioner.domain.errors import InvalidArgument
-from provisioner.store import Fence, Lease, Store
+from provisioner.domain.records import Fence, Lease
+from provisioner.store import Store
 
 log = logging.getLogger("provisioner.leadership")
 

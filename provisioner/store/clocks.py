@@ -5,6 +5,8 @@
   carries the clock on from it; the highest `ts` is the floor no lifecycle stamp goes below.
 * `cloud_clocks`: one row per cloud account: its skew (the cloud's clock minus the controller's)
   as last measured, for /metrics and `provisioner doctor`.
+
+The behaviour each method promises is written on its port, `provisioner.ports.store.ClockMarks`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from provisioner.clock import ClockMark
 from provisioner.domain.cloud_clock import SkewEstimate
+from provisioner.ports.store import ClockMarks
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import Base
 
@@ -39,9 +42,8 @@ class CloudClockRow(Base):
     measured_ts: Mapped[float] = mapped_column(Float)
 
 
-class ClockStore(StoreBase):
+class ClockStore(StoreBase, ClockMarks):
     def save_clock_mark(self, mark: ClockMark) -> None:
-        """Keep where this boot's clock stands (a lapsed leader's mark is refused too)."""
         with self.fenced_transaction() as s:
             self._upsert(
                 s,
@@ -56,7 +58,6 @@ class ClockStore(StoreBase):
             return ClockMark(row.boot_id, row.mono_s, row.ts) if row is not None else None
 
     def latest_clock_ts(self) -> float:
-        """The latest time any controller's clock stood at on this store (0: none yet)."""
         with self.reading() as s:
             value = s.scalar(select(func.max(ClockMarkRow.ts)))
             return float(value) if value is not None else 0.0

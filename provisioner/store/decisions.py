@@ -1,4 +1,5 @@
-"""The planner's decisions and the IaC reviews attached to them."""
+"""The planner's decisions and the IaC reviews attached to them. The behaviour each method
+promises is written on its port, `provisioner.ports.store.DecisionLog`."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ from sqlalchemy import func, select
 from provisioner.domain.offers import OfferKey
 from provisioner.domain.plan import Alternative, Decision, ReasonCode, Rejection
 from provisioner.domain.records import StoredDecision
+from provisioner.ports.store import DecisionLog
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import DecisionRow
 
 
-class DecisionStore(StoreBase):
+class DecisionStore(StoreBase, DecisionLog):
     # ------------------------------------------------------------------ decisions
 
     def record_decisions(self, decisions: Iterable[Decision], created_ts: float) -> int:
-        """Store decisions; ids are deterministic, so recording one twice keeps one row."""
         n = 0
         with self.fenced_transaction() as s:
             for d in decisions:
@@ -35,7 +36,6 @@ class DecisionStore(StoreBase):
     def set_iac_review(
         self, decision_id: str, review: str | Mapping[str, Any], fmt: str = ""
     ) -> bool:
-        """Attach the IaC review (preview text or JSON) to a decision. False: no such decision."""
         if isinstance(review, str):
             body, kind = review, fmt or "text"
         else:

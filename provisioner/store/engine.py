@@ -13,8 +13,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from provisioner.domain.records import Fence
 from provisioner.store import migrations
-from provisioner.store.records import Fence, FencedOut, StoreError, _table
+from provisioner.store.records import FencedOut, StoreError, _table
 
 DEFAULT_URL = "sqlite:///provisioner.sqlite"
 

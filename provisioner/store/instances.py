@@ -1,5 +1,6 @@
 """Intents (written before each cloud call) and the instances they create, with each
-instance's lifecycle history."""
+instance's lifecycle history. The behaviour each method promises is written on its ports,
+`provisioner.ports.store.IntentLog` and `InstanceRepo`."""
 
 from __future__ import annotations
 
@@ -27,17 +28,16 @@ from provisioner.domain.intents import (
 )
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.records import Intent, NewIntent, StoredInstance
+from provisioner.ports.store import InstanceRepo, IntentLog
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import InstanceRow, InstanceTransitionRow, IntentRow
 from provisioner.store.records import NotFound, StoreError
 
 
-class InstanceStore(StoreBase):
+class InstanceStore(StoreBase, IntentLog, InstanceRepo):
     # ------------------------------------------------------------------ intents and instances
 
     def record_intent(self, intent: NewIntent) -> Intent:
-        """Write what is about to be asked of the cloud. Idempotent per token: recording the
-        same token again returns the intent already stored."""
         payload = intent.payload
         if isinstance(payload, ScaleUpPayload | TerminatePayload):
             payload = payload.to_json()
@@ -78,10 +78,6 @@ class InstanceStore(StoreBase):
         result: Mapping[str, Any] | None = None,
         category: ErrorCategory = ErrorCategory.NONE,
     ) -> Intent:
-        """The cloud call of intent `token` took effect: store the instances it created and the
-        lifecycle steps it caused, and mark the intent confirmed, all in one transaction.
-        `category`: the error a partly filled call met (the shortfall's). Confirming twice is
-        harmless: instances already stored are not duplicated."""
         with self.fenced_transaction() as s:
             row = s.get(IntentRow, token)
             if row is None:
@@ -113,9 +109,6 @@ class InstanceStore(StoreBase):
         *,
         category: ErrorCategory | None = None,
     ) -> Intent:
-        """A pending intent's call failed (or never happened). `category`, from the typed
-        error, is what the back-off is rebuilt from; without one the column stays NULL and the
-        intent reads like a row written before it existed."""
         with self.fenced_transaction() as s:
             row = s.get(IntentRow, token)
             if row is None:
@@ -125,6 +118,7 @@ class InstanceStore(StoreBase):
                 row.completed_ts = now_ts
                 row.error_code = error_code[:64]
                 row.error = error[:2000]
+                # No category: the column stays NULL, like a row written before it existed.
                 row.error_category = str(category) if category is not None else None
             return _intent(row)
 
@@ -148,8 +142,6 @@ class InstanceStore(StoreBase):
         since_ts: float | None = None,
         limit: int | None = None,
     ) -> list[Intent]:
-        """Intents, oldest first, filtered by kind, status and creation time (the loop reads
-        recent scale-ups to adopt the instances they launched and to rebuild the back-off)."""
         q = select(IntentRow)
         if kind:
             q = q.where(IntentRow.kind == str(kind))
@@ -164,8 +156,6 @@ class InstanceStore(StoreBase):
             return [_intent(r) for r in s.scalars(q)]
 
     def first_intent_ts(self, kind: IntentKind | str) -> float | None:
-        """When the oldest intent of `kind` was recorded (None: there is none): nothing of that
-        kind was asked for before it."""
         q = select(func.min(IntentRow.created_ts)).where(IntentRow.kind == str(kind))
         with self.reading() as s:
             value = s.scalar(q)
@@ -183,7 +173,6 @@ class InstanceStore(StoreBase):
     def add_instance(
         self, inst: CloudInstance, *, team: str = "", intent_token: str = ""
     ) -> StoredInstance:
-        """Store an instance found by passive sync (by tag). Kept as is if already stored."""
         with self.fenced_transaction() as s:
             row = s.get(InstanceRow, inst.instance_id)
             if row is None:
@@ -201,9 +190,6 @@ class InstanceStore(StoreBase):
         *,
         cloud_ts: float | None = None,
     ) -> CloudInstance:
-        """Move an instance along the domain's transition table, recording the step.
-        Raises `IllegalTransition` for a step the table forbids, `TransitionOutOfOrder` for one
-        dated before the step it follows (nothing is written), `NotFound` for no instance."""
         with self.fenced_transaction() as s:
             return _transition(s, instance_id, to, at_ts, reason, cloud_ts)
 
@@ -229,8 +215,6 @@ class InstanceStore(StoreBase):
         limit: int | None = None,
         offset: int = 0,
     ) -> list[StoredInstance]:
-        """Instances, filtered. `needs_billing`: alive, or ended but not billed to the end yet,
-        or billed for less than the 60 s minimum (the accountant's work list)."""
         q = select(InstanceRow).options(selectinload(InstanceRow.history))
         if states is not None:
             q = q.where(InstanceRow.state.in_([str(x) for x in states]))
@@ -257,7 +241,6 @@ class InstanceStore(StoreBase):
     def timed_out(
         self, now_ts: float, timeouts: Mapping[InstanceState, float] | None = None
     ) -> list[CloudInstance]:
-        """Live instances that stayed in their state longer than the per-state timeout."""
         limits = dict(timeouts or DEFAULT_STATE_TIMEOUTS_S)
         return [
             si.instance
@@ -271,7 +254,6 @@ class InstanceStore(StoreBase):
             return {st: int(n) for st, n in rows}
 
     def cloud_usd_per_hour(self) -> Decimal:
-        """$/h of every instance requested or alive (in flight included)."""
         total = Decimal(0)
         for si in self.instances(live_only=True):
             total += si.instance.price_usd_hr

@@ -13,37 +13,27 @@ with `FencedOut` unless the fence's token is the current one and the lease has n
 Taking the lease waits for that lock, so a write either commits while its writer still leads
 or is refused: a leader paused past its lease (SIGSTOP, a long GC, a lost network) that wakes
 up cannot write. Cloud and Slurm calls are preceded by `check_fence()` (which also renews).
+
+The behaviour each method promises is written on its port,
+`provisioner.ports.store.LeaderLease`; the `Lease` and `Fence` values are domain records.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from sqlalchemy import text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from provisioner.domain.records import Fence, Lease
+from provisioner.ports.store import LeaderLease
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import LeaderLeaseRow
-from provisioner.store.records import Fence, FencedOut, StoreError
+from provisioner.store.records import FencedOut, StoreError
 
 log = logging.getLogger("provisioner.lease")
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    name: str
-    holder: str
-    token: int
-    acquired_ts: float
-    renewed_ts: float
-    expires_ts: float
-    refused: int = 0
-
-    def held_by(self, holder: str, now_ts: float) -> bool:
-        return self.holder == holder and self.expires_ts > now_ts
 
 
 def _lease(row: LeaderLeaseRow) -> Lease:
@@ -64,7 +54,7 @@ _DB_NOW = {
 }
 
 
-class LeaseStore(StoreBase):
+class LeaseStore(StoreBase, LeaderLease):
     # Tests inject the lease's clock; None: the database's clock.
     lease_clock: Callable[[], float] | None = None
 
@@ -83,9 +73,6 @@ class LeaseStore(StoreBase):
     # ------------------------------------------------------------------ the lease
 
     def acquire_lease(self, name: str, holder: str, ttl_s: float) -> Lease:
-        """Take or renew lease `name` for `holder` when it is free, expired or already
-        `holder`'s; otherwise change nothing. Returns the lease as it stands afterwards (the
-        caller leads when `lease.holder == holder`)."""
         if ttl_s <= 0:
             raise StoreError(f"lease ttl must be positive, not {ttl_s}")
         try:
@@ -123,7 +110,6 @@ class LeaseStore(StoreBase):
             return current
 
     def release_lease(self, name: str, holder: str, token: int) -> bool:
-        """Give the lease up (a clean stop) so a standby need not wait for it to expire."""
         with self.transaction() as s:
             row = s.get(LeaderLeaseRow, name, with_for_update=True)
             if row is None or row.holder != holder or int(row.token) != token:
@@ -141,8 +127,8 @@ class LeaseStore(StoreBase):
     # ------------------------------------------------------------------ fencing
 
     def check_fence(self) -> None:
-        """Before a cloud or Slurm call: refuse (FencedOut) unless this store's fence is the
-        current, unexpired lease; renew it when it is. No fence: nothing to check."""
+        # A fenced transaction that writes nothing but the renewal: the refusal, and its count,
+        # are fenced_transaction's.
         fence = self.fence
         if fence is None:
             return

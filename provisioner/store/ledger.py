@@ -1,5 +1,6 @@
 """Job usage, the ledger and its rollups. Ledger rows, their rollups and the accounting
-watermarks they move are written in one transaction, so no half-written ledger survives a crash."""
+watermarks they move are written in one transaction, so no half-written ledger survives a crash.
+The behaviour each method promises is written on its port, `provisioner.ports.store.Ledger`."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from provisioner.domain.records import (
     from_micros,
     to_micros,
 )
+from provisioner.ports.store import Ledger
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import (
     GRAINS,
@@ -87,11 +89,10 @@ def _grouped(
     return q
 
 
-class LedgerStore(StoreBase):
+class LedgerStore(StoreBase, Ledger):
     # ------------------------------------------------------------------ job usage
 
     def record_job_usage(self, usages: Iterable[JobUsage]) -> int:
-        """Upsert job-on-node records keyed by (job, node, start)."""
         n = 0
         with self.fenced_transaction() as s:
             for u in usages:
@@ -117,7 +118,6 @@ class LedgerStore(StoreBase):
         return n
 
     def end_job(self, job_id: str, end_ts: float) -> int:
-        """Close every open usage record of a job."""
         with self.fenced_transaction() as s:
             res = s.execute(
                 update(JobUsageRow)
@@ -135,8 +135,6 @@ class LedgerStore(StoreBase):
         overlapping: tuple[float, float] | None = None,
         unbilled_at: float | None = None,
     ) -> list[JobUsage]:
-        """Usage records, filtered. `unbilled_at=now` keeps those that started before `now`
-        and still have time the ledger has not covered (running, or billed short of the end)."""
         q = select(JobUsageRow)
         if node_name is not None:
             q = q.where(JobUsageRow.node_name == node_name)
@@ -174,8 +172,7 @@ class LedgerStore(StoreBase):
         instance_marks: Sequence[BillingMark] = (),
         usage_marks: Sequence[BillingMark] = (),
     ) -> int:
-        """Write ledger rows and move the accounting watermarks in one transaction. A watermark
-        that moved since it was read aborts the whole write (`ConcurrentUpdate`)."""
+        # One transaction: the watermarks, locked, then the ledger rows (and their rollups).
         with self.fenced_transaction() as s:
             for m in instance_marks:
                 inst = s.get(InstanceRow, str(m.key), with_for_update=True)
@@ -320,10 +317,7 @@ class LedgerStore(StoreBase):
     def grouped_costs(
         self, group_by: Sequence[str], from_ts: float, to_ts: float, kinds: Sequence[str] = ()
     ) -> dict[tuple[str, ...], tuple[Decimal, int]]:
-        """(cost, row count) of the ledger rows starting in [from_ts, to_ts), per value of the
-        `group_by` columns, optionally only of `kinds`. Groups with no row are absent.
-
-        Whole UTC days inside the window are read from the smallest rollup grain that holds
+        """Whole UTC days inside the window are read from the smallest rollup grain that holds
         every key asked for, the partial days at its edges from the ledger's covering window
         index, and the two are merged. Rows never straddle a midnight."""
         first_full = -(-from_ts // DAY_S) * DAY_S  # the first midnight at or after from
@@ -365,8 +359,7 @@ class LedgerStore(StoreBase):
     def spend_by_team(
         self, from_ts: float, to_ts: float, kinds: Sequence[str]
     ) -> dict[str, Decimal]:
-        """Ledger cost of `kinds` per team over the whole UTC days [day_of(from), day_of(to)),
-        read from the (kind, team) rollup, which answers whole days exactly."""
+        """Read from the (kind, team) rollup, which answers whole days exactly."""
         q = (
             select(RollupRow.team, func.sum(RollupRow.cost_micros))
             .where(
@@ -383,9 +376,6 @@ class LedgerStore(StoreBase):
     def instance_costs(
         self, from_ts: float, to_ts: float, kinds: Sequence[str]
     ) -> dict[str, tuple[Decimal, Decimal]]:
-        """Per cloud instance, (its cost, the part of it jobs paid) over the ledger rows of
-        `kinds` starting in [from_ts, to_ts): which instances ever ran a job, and what the
-        others cost."""
         job = func.sum(
             case((LedgerRow.kind == str(LedgerKind.JOB), LedgerRow.cost_micros), else_=0)
         )
@@ -408,9 +398,8 @@ class LedgerStore(StoreBase):
     def ledger_export(
         self, from_ts: float | None = None, to_ts: float | None = None, *, chunk_rows: int = 2000
     ) -> Iterator[Sequence[Sequence[Any]]]:
-        """The ledger rows starting in [from_ts, to_ts), in start order, as tuples of
-        `EXPORT_COLUMNS`, `chunk_rows` at a time: the rows stream from the database in batches,
-        so memory stays flat whatever the ledger's size."""
+        """The rows stream from the database in batches of `chunk_rows`, so memory stays flat
+        whatever the ledger's size."""
         q = select(*(getattr(LedgerRow, c) for c in EXPORT_COLUMNS))
         if from_ts is not None:
             q = q.where(LedgerRow.start_ts >= from_ts)

@@ -1,4 +1,5 @@
-"""What policy and the operator set: pools (with their drain flag), the pause switch, budgets."""
+"""What policy and the operator set: pools (with their drain flag), the pause switch, budgets.
+The behaviour each method promises is written on its port, `provisioner.ports.store.PolicyRepo`."""
 
 from __future__ import annotations
 
@@ -9,16 +10,18 @@ from sqlalchemy.orm import Session
 
 from provisioner.config.models import Budgets, PoolPolicy
 from provisioner.domain.records import BudgetRecord, OperatorState, PoolInfo
+from provisioner.ports.store import PolicyRepo
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import BudgetRow, OperatorStateRow, PoolRow
 from provisioner.store.records import _table
 
 
-class PolicyStore(StoreBase):
+class PolicyStore(StoreBase, PolicyRepo):
     # ------------------------------------------------------------------ pools and operator
 
     def sync_pools(self, pools: Iterable[PoolPolicy], now_ts: float) -> None:
-        """Upsert the pools declared in policy; the operator's drain flag is kept."""
+        # One upsert: a new row starts undrained; an existing one takes only the policy's
+        # columns, so the drain flag and its fields stay.
         rows = [
             {
                 "name": p.name,
@@ -50,7 +53,6 @@ class PolicyStore(StoreBase):
     def set_pool_drained(
         self, name: str, drained: bool, now_ts: float, by: str = ""
     ) -> PoolInfo | None:
-        """Drain (or undrain) a pool: no new scale-ups, its nodes drained. None: no such pool."""
         with self.transaction() as s:
             row = s.get(PoolRow, name)
             if row is None:
@@ -64,6 +66,7 @@ class PolicyStore(StoreBase):
     def operator_state(self) -> OperatorState:
         with self.reading() as s:
             row = s.get(OperatorStateRow, 1)
+            # No ORDER BY: the port promises no order of the drained pools.
             drained = tuple(s.scalars(select(PoolRow.name).where(PoolRow.drained.is_(True))))
             if row is None:
                 return OperatorState(drained_pools=drained)
@@ -88,8 +91,6 @@ class PolicyStore(StoreBase):
             row.updated_by = by
 
     def set_sweep_hold(self, reason: str, now_ts: float) -> None:
-        """The sweep's safety valve: hold (reason) or release (""). A hold keeps its start
-        time while it lasts, so an operator's go-ahead given during it stays valid."""
         with self.fenced_transaction() as s:
             row = self._operator_row(s)
             if reason and not row.sweep_hold_reason:
@@ -99,7 +100,6 @@ class PolicyStore(StoreBase):
             row.sweep_hold_reason = reason[:500]
 
     def approve_sweep(self, now_ts: float, by: str) -> None:
-        """An operator checked the disagreement and lets the held sweep go ahead."""
         with self.transaction() as s:
             row = self._operator_row(s)
             row.sweep_approved_ts = now_ts
@@ -116,9 +116,8 @@ class PolicyStore(StoreBase):
     # ------------------------------------------------------------------ budgets
 
     def sync_budgets(self, budgets: Budgets, now_ts: float) -> None:
-        """Replace the stored budgets by those in policy: upsert the declared ones, then
-        delete the rest (a delete-all-then-insert collides with a second controller doing
-        the same at startup)."""
+        # Upsert the declared ones, then delete the rest: a delete-all-then-insert collides
+        # with a second controller doing the same at startup.
         rows: list[dict[str, object]] = []
         if budgets.global_usd_per_hour is not None:
             rows.append(

@@ -1,9 +1,8 @@
-"""The store's errors and the fence its writes carry. The records it hands out are domain types
-(`provisioner.domain.records`)."""
+"""The store's errors. The records it hands out, the lease and the fence its writes carry among
+them, are domain types (`provisioner.domain.records`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Table
@@ -28,16 +27,6 @@ class FencedOut(StoreError):
     retried by the one who got it: that controller is no longer the leader."""
 
     http_status = 503
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    """What a leader's writes carry: the lease, its holder and the token it was granted."""
-
-    name: str
-    holder: str
-    token: int
-    ttl_s: float
 
 
 class ConcurrentUpdate(StoreError):

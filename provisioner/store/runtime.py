@@ -1,7 +1,8 @@
 """The learned runtime history (plan/history.py), kept so a restart does not forget it.
 
 One row per user, group or partition: its last few completed runtimes, oldest first. The table
-is small (one row per name) and written only for names that learned something in a pass.
+is small (one row per name) and written only for names that learned something in a pass. The
+behaviour each method promises is written on its port, `provisioner.ports.store.RuntimeHistory`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from sqlalchemy import JSON, Float, String, select
 from sqlalchemy.orm import Mapped, mapped_column
 
+from provisioner.ports.store import RuntimeHistory
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import Base
 
@@ -24,15 +26,13 @@ class RuntimeHistoryRow(Base):
     updated_ts: Mapped[float] = mapped_column(Float)
 
 
-class RuntimeHistoryStore(StoreBase):
+class RuntimeHistoryStore(StoreBase, RuntimeHistory):
     def runtime_history(self) -> dict[str, list[float]]:
-        """Every stored name's runtimes, oldest first."""
         with self.reading() as s:
             rows = s.scalars(select(RuntimeHistoryRow).order_by(RuntimeHistoryRow.key))
             return {r.key: [float(v) for v in r.runtimes] for r in rows}
 
     def save_runtime_history(self, entries: Mapping[str, Sequence[float]], now_ts: float) -> None:
-        """Replace the runtimes of the given names (others are left as they are)."""
         if not entries:
             return
         with self.fenced_transaction() as s:  # a lapsed leader's learning is refused too

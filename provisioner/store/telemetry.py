@@ -1,5 +1,6 @@
 """GPU telemetry (latest sample per GPU, latest whole payload per node) and the energy
-watermarks, moved together with the energy ledger rows they price."""
+watermarks, moved together with the energy ledger rows they price. The behaviour each method
+promises is written on its port, `provisioner.ports.store.TelemetryRepo`."""
 
 from __future__ import annotations
 
@@ -10,19 +11,19 @@ from sqlalchemy import delete, select
 
 from provisioner.domain.nodes import GpuSample
 from provisioner.domain.records import EnergyMark, LedgerEntry, NodeTelemetry, StoredPayload
+from provisioner.ports.store import TelemetryRepo
 from provisioner.store.ledger import LedgerStore
 from provisioner.store.models import EnergyMarkRow, TelemetryPayloadRow, TelemetryRow
 from provisioner.store.records import ConcurrentUpdate
 
 
-class TelemetryStore(LedgerStore):
+class TelemetryStore(LedgerStore, TelemetryRepo):
     """Telemetry and energy marks; a `LedgerStore` because energy rows go through its ledger
     insert, in the same transaction as the marks."""
 
     # ------------------------------------------------------------------ telemetry
 
     def upsert_telemetry(self, node: str, samples: Iterable[GpuSample], received_ts: float) -> int:
-        """Keep the latest sample of each GPU of `node` (an older sample never overwrites)."""
         n = 0
         with self.transaction() as s:
             for g in samples:
@@ -45,8 +46,6 @@ class TelemetryStore(LedgerStore):
         return n
 
     def prune_telemetry(self, before_ts: float) -> int:
-        """Forget GPUs, payloads and energy marks last heard of before `before_ts` (telemetry
-        retention). A node that comes back starts again from a fresh energy baseline."""
         with self.transaction() as s:
             n = 0
             for stmt in (
@@ -95,8 +94,6 @@ class TelemetryStore(LedgerStore):
         payload: Mapping[str, Any],
         idle_since: Mapping[int, float],
     ) -> bool:
-        """Keep a node's latest whole payload. An older sample never overwrites a newer one
-        (False: not stored)."""
         with self.transaction() as s:
             row = s.get(TelemetryPayloadRow, node, with_for_update=True)
             if row is None:
@@ -127,7 +124,6 @@ class TelemetryStore(LedgerStore):
             ]
 
     def energy_marks(self, node: str | None = None) -> dict[tuple[str, str], EnergyMark]:
-        """Energy watermarks keyed by (node, gpu_key)."""
         q = select(EnergyMarkRow)
         if node is not None:
             q = q.where(EnergyMarkRow.node == node)
@@ -145,9 +141,7 @@ class TelemetryStore(LedgerStore):
         marks: Sequence[tuple[EnergyMark | None, EnergyMark]],
         now_ts: float,
     ) -> int:
-        """Write energy ledger rows and move the GPUs' energy watermarks in one transaction.
-        Each mark is (what was read, None if there was none; the new one); a watermark that
-        moved since it was read aborts the whole write (`ConcurrentUpdate`)."""
+        # One transaction: the marks, locked, then the ledger rows (and their rollups).
         with self.fenced_transaction() as s:
             for expected, new in marks:
                 row = s.get(EnergyMarkRow, (new.node, new.gpu_key), with_for_update=True)

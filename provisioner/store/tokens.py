@@ -1,4 +1,5 @@
-"""API tokens (salted hashes only; the secret never reaches the store)."""
+"""API tokens (salted hashes only; the secret never reaches the store). The behaviour each
+method promises is written on its port, `provisioner.ports.store.TokenRepo`."""
 
 from __future__ import annotations
 
@@ -6,16 +7,16 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from provisioner.domain.records import TokenRecord
+from provisioner.ports.store import TokenRepo
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import ApiTokenRow
 from provisioner.store.records import StoreError
 
 
-class TokenStore(StoreBase):
+class TokenStore(StoreBase, TokenRepo):
     # ------------------------------------------------------------------ API tokens
 
     def add_token(self, rec: TokenRecord) -> None:
-        """Add a token; a token id already in use is refused with StoreError (nothing changes)."""
         if self.token(rec.token_id) is not None:
             raise StoreError(f"token {rec.token_id} already exists")
         try:

@@ -1,7 +1,11 @@
 """The store's contract suites, one per Protocol (`provisioner.ports.store`): `DecisionLog` and
-`TokenRepo` here, `Ledger` in test_store_ledger_contract.py. Each test runs against the
-in-memory class (`provisioner.store.memory`), the SQLite store and, where
-PROVISIONER_TEST_DATABASE_URL names a server, the PostgreSQL store.
+`TokenRepo` here; `IntentLog` and `InstanceRepo` in test_store_instances_contract.py, `Ledger`
+in test_store_ledger_contract.py, `PolicyRepo` in test_store_policy_contract.py,
+`TelemetryRepo` in test_store_telemetry_contract.py, `LeaderLease` and `Fencing` in
+test_store_lease_contract.py, `RuntimeHistory` and `ClockMarks` in
+test_store_runtime_clock_contract.py. Each test runs against the in-memory class
+(`provisioner.store.memory`), the SQLite store and, where PROVISIONER_TEST_DATABASE_URL names a
+server, the PostgreSQL store.
 
 Every expected value is computed by hand in the test (see the comments), never by billing code.
 

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import func, select
 from store_helpers import T0, make_instance
 
-from provisioner.domain.records import LedgerEntry, NewIntent
+from provisioner.domain.records import Fence, LedgerEntry, NewIntent
 from provisioner.reconcile.leadership import Leadership
-from provisioner.store import Fence, FencedOut, Store
+from provisioner.store import FencedOut, Store
 from provisioner.store.models import IntentRow
 
 NAME = "burst-ctl"
