@@ -30,8 +30,7 @@ from provisioner.domain.errors import ProvisionerError
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from provisioner.act.actuator import CloudPorts
-    from provisioner.act.ports import PoolSpec
+    from provisioner.act.ports import CloudPorts, PoolSpec
     from provisioner.observe.slurm.observer import SlurmObserver
     from provisioner.plan.catalog import Catalog
     from provisioner.reconcile.leadership import Leadership
@@ -204,9 +203,8 @@ def build_clouds(
     settings: Settings, policy: Policy, *, aws_session: Any = None, gcp_credentials: Any = None
 ) -> dict[str, CloudPorts]:
     """Cloud ports for the clouds the policy's pools use (SDKs imported only if needed)."""
-    from provisioner.act.actuator import CloudPorts
     from provisioner.act.drivers import SdkPoolDriver, select_pool_driver
-    from provisioner.act.ports import CloudCapacity, PoolDriver
+    from provisioner.act.ports import CloudCapacity, CloudPorts, PoolDriver
 
     used = {p.cloud for p in policy.pools}
     sdk: dict[str, PoolDriver] = {}

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from provisioner.act.actuator import CloudPorts
 from provisioner.act.clock_probe import SkewProbe, watch_clouds
+from provisioner.act.ports import CloudPorts
 from provisioner.clock import Clock, SystemClock
 from provisioner.command_runner import CommandRunner, CommandTimeout
 from provisioner.config.models import Policy, PoolPolicy

@@ -13,9 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Protocol
 
 from provisioner.domain.records import CLOUD_KINDS as CLOUD_KINDS  # the console imports it here
-from provisioner.store import Store
+from provisioner.ports.store import InstanceRepo, Ledger, PolicyRepo
+
+
+class BudgetReads(PolicyRepo, InstanceRepo, Ledger, Protocol):
+    """What a budget check reads: the budgets, the instances running, the month's spend."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +74,7 @@ def month_bounds(now_ts: float) -> tuple[float, float]:
     return start.timestamp(), end.timestamp()
 
 
-def budget_status(store: Store, now_ts: float) -> BudgetStatus:
+def budget_status(store: BudgetReads, now_ts: float) -> BudgetStatus:
     m0, m1 = month_bounds(now_ts)
     # The month is whole UTC days, so the (kind, team) rollup answers it exactly.
     spent = store.spend_by_team(m0, m1, CLOUD_KINDS)

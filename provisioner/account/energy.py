@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Protocol
 
 from provisioner.account.allocation import allocate_energy
 from provisioner.account.billing import MAX_TS, day_windows, month_start
@@ -39,7 +40,13 @@ from provisioner.config.models import Policy
 from provisioner.domain.nodes import GpuSample
 from provisioner.domain.records import EnergyMark, LedgerEntry, NodeTelemetry
 from provisioner.domain.telemetry import energy_cost_usd, gpu_energy_kwh
-from provisioner.store import ConcurrentUpdate, Store
+from provisioner.ports.store import ConcurrentUpdate, InstanceRepo, Ledger, TelemetryRepo
+
+
+class EnergyStore(TelemetryRepo, InstanceRepo, Ledger, Protocol):
+    """What energy billing reads and writes: telemetry and its marks, the burst instances
+    (not billed here), the jobs running on each node, and the ledger."""
+
 
 DEFAULT_MAX_POWER_GAP_S = 3600.0
 # A month's books close once the new month is this old: energy windows starting before then
@@ -91,12 +98,12 @@ def _as_reading(m: EnergyMark, g: GpuSample) -> GpuSample:
     )
 
 
-def burst_node_names(store: Store) -> set[str]:
+def burst_node_names(store: InstanceRepo) -> set[str]:
     return {si.instance.node_name for si in store.instances() if si.instance.node_name}
 
 
 def bill_energy(
-    store: Store,
+    store: EnergyStore,
     policy: Policy,
     now_ts: float,
     *,
@@ -126,7 +133,7 @@ def _billable(prev: EnergyMark, cur: GpuSample, closed_before: float) -> bool:
 
 
 def _bill_node(
-    store: Store,
+    store: EnergyStore,
     policy: Policy,
     nt: NodeTelemetry,
     now_ts: float,
@@ -185,7 +192,7 @@ def _bill_node(
 
 
 def _entries(
-    store: Store,
+    store: EnergyStore,
     policy: Policy,
     nt: NodeTelemetry,
     a: float,

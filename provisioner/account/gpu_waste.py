@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import ValidationError
 
@@ -26,7 +26,12 @@ from provisioner.domain.telemetry import (
     gpu_idle,
     health_alerts,
 )
-from provisioner.store import Store
+from provisioner.ports.store import InstanceRepo, Ledger, TelemetryRepo
+
+
+class GpuReads(TelemetryRepo, InstanceRepo, Ledger, Protocol):
+    """What the GPU views read: the nodes' payloads, the burst instances, the jobs on each."""
+
 
 log = logging.getLogger("provisioner.observe.gpu_load")
 
@@ -42,7 +47,7 @@ class NodePayload:
 
 
 def latest_payloads(
-    store: Store, now_ts: float, max_age_s: float, node: str | None = None
+    store: TelemetryRepo, now_ts: float, max_age_s: float, node: str | None = None
 ) -> tuple[dict[str, NodePayload], dict[str, float]]:
     """Fresh stored payloads by node, and the nodes whose last payload is older (their last
     sample time). A payload that no longer parses (schema changed) is logged and skipped."""
@@ -87,7 +92,7 @@ class AlertsReport:
 
 
 def gpu_alerts(
-    store: Store,
+    store: GpuReads,
     policy: Policy,
     now_ts: float,
     max_age_s: float = DEFAULT_ALERT_MAX_AGE_S,
@@ -173,7 +178,7 @@ class WasteReport:
 
 
 def gpu_waste(
-    store: Store,
+    store: GpuReads,
     policy: Policy,
     now_ts: float,
     max_age_s: float = DEFAULT_MAX_AGE_S,

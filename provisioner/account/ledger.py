@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import pairwise
+from typing import Protocol
 
 from provisioner.account.allocation import (
     allocate_energy,
@@ -30,7 +31,11 @@ from provisioner.account.billing import (
 from provisioner.account.pricing import energy_usd_per_kwh, onprem_usd_per_gpu_hour
 from provisioner.config.models import Policy
 from provisioner.domain.records import BillingMark, LedgerEntry, StoredInstance
-from provisioner.store import Store
+from provisioner.ports.store import InstanceRepo, Ledger
+
+
+class BillingStore(InstanceRepo, Ledger, Protocol):
+    """What the accountant reads and writes: the instances billed, job usage, the ledger."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +90,7 @@ def billing_window(
 
 
 class Accountant:
-    def __init__(self, store: Store, policy: Policy, *, settle_s: float = 0.0) -> None:
+    def __init__(self, store: BillingStore, policy: Policy, *, settle_s: float = 0.0) -> None:
         self.store = store
         self.policy = policy
         self.settle_s = settle_s

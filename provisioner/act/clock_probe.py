@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
-from provisioner.act.actuator import CloudPorts
-from provisioner.act.ports import ClockProbe
+from provisioner.act.ports import ClockProbe, CloudPorts
 from provisioner.domain.cloud_clock import SkewTracker, date_sample, launch_sample
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -33,6 +33,9 @@ COST_TAGS = (TAG_CONTROLLER, TAG_POOL, TAG_TEAM, TAG_DECISION)
 # On AWS launch templates only: the spec's `shape_hash`, so either driver sees a shape change.
 TAG_SHAPE = "shape"
 UNASSIGNED_TEAM = "unassigned"
+
+# Called at each step where a crash matters, with the step's name (tests raise or SIGKILL there).
+Hook = Callable[[str], None]
 
 _NAME_MAX = 63  # GCP resource names and label values; AWS allows more
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
@@ -247,3 +250,11 @@ class CloudCapacity(Protocol):
         """Terminate this instance and decrement its group's size so it is not replaced.
         An instance that is already gone is not an error."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class CloudPorts:
+    """One cloud's two ports, as the controller holds them."""
+
+    driver: PoolDriver
+    capacity: CloudCapacity

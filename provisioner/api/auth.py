@@ -20,7 +20,7 @@ from enum import IntEnum
 
 from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.records import TokenRecord
-from provisioner.store import Store
+from provisioner.ports.store import TokenRepo
 
 PREFIX = "pbt"
 _TOKEN_RE = re.compile(r"^pbt_([0-9a-f]{12})_([A-Za-z0-9_-]{20,128})$")
@@ -64,7 +64,7 @@ def _digest(salt: str, secret: str) -> str:
 
 
 def create_token(
-    store: Store,
+    store: TokenRepo,
     role: Role | str,
     name: str,
     now_ts: float,
@@ -101,7 +101,7 @@ def create_token(
     return f"{PREFIX}_{token_id}_{secret}"
 
 
-def verify_token(store: Store, presented: str, now_ts: float) -> Principal | None:
+def verify_token(store: TokenRepo, presented: str, now_ts: float) -> Principal | None:
     """The principal a presented token stands for at `now_ts`, or None (malformed, unknown,
     revoked, expired)."""
     m = _TOKEN_RE.match(presented.strip())

@@ -18,7 +18,7 @@ from provisioner.clock import Clock
 from provisioner.config.models import Policy
 from provisioner.domain.plan import Plan
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.store import Store
+from provisioner.ports.store import ControllerStore
 
 
 @dataclass
@@ -34,7 +34,7 @@ class ApiDeps:
       views; None: `Policy()` defaults.
     """
 
-    store: Store
+    store: ControllerStore
     clock: Clock
     planner: Callable[[], Plan] | None = None
     snapshot: Callable[[], ClusterSnapshot | None] | None = None

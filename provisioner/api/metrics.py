@@ -14,13 +14,13 @@ from provisioner.account.budgets import budget_status
 from provisioner.domain.cloud_clock import WARN_SKEW_S
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.store import Store
+from provisioner.ports.store import ControllerStore
 
 
 class ProvisionerCollector(Collector):
     def __init__(
         self,
-        store: Store,
+        store: ControllerStore,
         now_ts: Callable[[], float],
         snapshot: Callable[[], ClusterSnapshot | None] | None = None,
     ) -> None:

@@ -24,7 +24,7 @@ from provisioner.api.deps import ApiDeps
 from provisioner.api.telemetry_views import policy_of
 from provisioner.config.models import Telemetry
 from provisioner.domain.telemetry import GpuTelemetry
-from provisioner.store.telemetry_ingest import record_payload
+from provisioner.observe.telemetry_ingest import record_payload
 
 
 def _unprocessable(loc: list[str | int], msg: str) -> HTTPException:

@@ -15,8 +15,8 @@ from provisioner.config.models import Policy
 from provisioner.demo.fake_slurm import FakeSlurm
 from provisioner.domain.nodes import NodeKind
 from provisioner.domain.telemetry import GpuReading, GpuTelemetry, JobGpu
-from provisioner.store import Store
-from provisioner.store.telemetry_ingest import record_payload
+from provisioner.observe.telemetry_ingest import record_payload
+from provisioner.ports.store import TelemetryRepo
 
 MEM_TOTAL_MIB = 81_920  # A100 80 GB
 IDLE_W = 55.0
@@ -69,7 +69,7 @@ def payloads(slurm: FakeSlurm, now_ts: float) -> list[GpuTelemetry]:
     return out
 
 
-def push(store: Store, slurm: FakeSlurm, policy: Policy, now_ts: float) -> int:
+def push(store: TelemetryRepo, slurm: FakeSlurm, policy: Policy, now_ts: float) -> int:
     """Store this pass's payloads as the API's `POST /v1/telemetry` would; the node count."""
     n = 0
     for p in payloads(slurm, now_ts):

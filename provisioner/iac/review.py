@@ -47,7 +47,7 @@ from provisioner.iac.sources import (
 )
 
 if TYPE_CHECKING:
-    from provisioner.store import Store
+    from provisioner.ports.store import DecisionLog
 
 PoolStatus = Literal["added", "removed", "changed", "unchanged"]
 SCHEMA = "gpu-burst/iac-review/v1"
@@ -419,7 +419,7 @@ def review_for_pool_creation(
 
 
 def record_pool_creation_review(
-    store: Store, decision_id: str, policy: Policy, pool_name: str, **kw: Any
+    store: DecisionLog, decision_id: str, policy: Policy, pool_name: str, **kw: Any
 ) -> dict[str, Any]:
     """`review_for_pool_creation`, stored with the decision (the decision must be recorded)."""
     review = review_for_pool_creation(policy, pool_name, decision_id=decision_id, **kw)

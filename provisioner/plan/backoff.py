@@ -24,6 +24,10 @@ class Backoff:
         e = self.entries.get(key)
         return e is not None and now_ts < e.until_ts
 
+    def blocked_at(self, now_ts: float) -> frozenset[OfferKey]:
+        """Every offer blocked at `now_ts`."""
+        return frozenset(k for k, e in self.entries.items() if now_ts < e.until_ts)
+
     def until(self, key: OfferKey) -> float | None:
         e = self.entries.get(key)
         return e.until_ts if e else None

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from provisioner.clock import ClockMark
 from provisioner.config.models import Budgets, PoolPolicy
 from provisioner.domain.cloud_clock import SkewEstimate
+from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.failures import ErrorCategory
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.intents import IntentKind, IntentStatus
@@ -59,6 +60,35 @@ from provisioner.domain.records import (
     StoredPayload,
     TokenRecord,
 )
+
+# ----------------------------------------------------------------------------- errors
+# The typed errors every port raises (the promises above name them).
+
+
+class StoreError(ProvisionerError):
+    """A store operation could not be carried out as asked."""
+
+    http_status = 409
+
+
+class NotFound(StoreError, LookupError):
+    """No record with that key."""
+
+    http_status = 404
+
+
+class FencedOut(StoreError):
+    """A write or an action carried a fencing token that is no longer the leader's. Never
+    retried by the one who got it: that controller is no longer the leader."""
+
+    http_status = 503
+
+
+class ConcurrentUpdate(StoreError):
+    """Someone else moved a watermark since it was read; nothing was written. Reading again
+    and retrying is safe."""
+
+    retryable = True
 
 
 class IntentLog(Protocol):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Protocol
 
 from provisioner.account.energy import bill_energy
 from provisioner.account.ledger import Accountant, AccountingResult
@@ -14,17 +15,22 @@ from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.records import JobUsage
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.observe.slurm.usage import UsageTracker
+from provisioner.ports.store import InstanceRepo, Ledger, TelemetryRepo
 from provisioner.reconcile.context import PassReport
-from provisioner.store import Store
 
 PRUNE_EVERY_S = 3600.0
+
+
+class AccountingStore(InstanceRepo, Ledger, TelemetryRepo, Protocol):
+    """What the accounting step reads and writes: the instances and jobs billed, the ledger,
+    GPU telemetry (energy, and its retention)."""
 
 
 class AccountingStep:
     """Holds the usage tracker and which usage rows were written, so a pass writes only the
     records that changed."""
 
-    def __init__(self, store: Store, policy: Policy, accountant: Accountant) -> None:
+    def __init__(self, store: AccountingStore, policy: Policy, accountant: Accountant) -> None:
         self.store = store
         self.policy = policy
         self.accountant = accountant

@@ -1,10 +1,10 @@
-"""Act: the coordinator between a pass's plans and the two sides that carry them out.
+"""Act: the pass's plans carried out, one step per kind of action, in the loop's order.
 
-The cloud actuator (`provisioner.act.cloud_actuator`) makes the cloud calls: scale-ups over the
-planner's offer and its fallbacks, terminations, the back-off. The Slurm registrar
-(`provisioner.register.registrar`) makes the Slurm ones: partitions, drains, resumes, failed
-nodes. Here: what sync asks the store alone (adoptions, orphans, bindings, lifecycle steps),
-the order the two sides are called in, and the pass report their outcomes add up to.
+Each kind of action has one step that carries it out: a scale-up `provisioner.act.scale_up`
+(the offer, its fallbacks, the back-off), a termination `provisioner.act.terminate`, a change in
+Slurm (moved or released jobs, drains, resumes, failed nodes) `provisioner.register.registrar`.
+Here: what sync asks the store alone (adoptions, orphans, bindings, lifecycle steps), the order
+the steps are called in, and the pass report their outcomes add up to.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from provisioner.act.cloud_actuator import CloudActuator, ScaleUpResult
 from provisioner.act.ports import OwnedInstance
+from provisioner.act.scale_up import ScaleUpResult, ScaleUpStep
+from provisioner.act.terminate import TerminateStep
 from provisioner.domain.errors import CloudError, ProvisionerError
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.intents import IntentKind
@@ -21,6 +22,7 @@ from provisioner.domain.jobs import Job
 from provisioner.domain.plan import Decision, Plan, ReasonCode, ScaleUp, decision_id
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
+from provisioner.ports.store import FencedOut
 from provisioner.reconcile.context import STEP_SCALE_UP_BEFORE_REGISTER, PassContext, PassReport
 from provisioner.reconcile.sync import (
     TERMINABLE,
@@ -32,37 +34,44 @@ from provisioner.reconcile.sync import (
     plan_adoptions,
 )
 from provisioner.register.registrar import SlurmOutcome, SlurmRegistrar
-from provisioner.store import FencedOut
 
 log = logging.getLogger("provisioner.loop")
 
 S = InstanceState
 
 
-def _add(report: PassReport, out: SlurmOutcome) -> None:
-    report.errors.extend(out.errors)
-    report.jobs_moved += out.jobs_moved
-    report.drained += out.drained
+def _add(report: PassReport, *outcomes: SlurmOutcome) -> None:
+    for out in outcomes:
+        report.errors.extend(out.errors)
+        report.jobs_moved += out.jobs_moved
+        report.drained += out.drained
 
 
 class PassActuation:
-    """Carries out sync plans and plans through `cloud` and `slurm`."""
+    """Carries out sync plans and plans, each action through the step for its kind."""
 
-    def __init__(self, ctx: PassContext, cloud: CloudActuator, slurm: SlurmRegistrar) -> None:
+    def __init__(
+        self,
+        ctx: PassContext,
+        scale_ups: ScaleUpStep,
+        terminations: TerminateStep,
+        slurm: SlurmRegistrar,
+    ) -> None:
         self.ctx = ctx
         self.store = ctx.store
         self.config = ctx.config
         self.controller = ctx.controller
-        self.cloud = cloud
+        self.scale_ups = scale_ups
+        self.terminations = terminations
         self.slurm = slurm
 
     @property
     def backoff(self) -> Backoff:
-        return self.cloud.backoff
+        return self.scale_ups.backoff
 
     @backoff.setter
     def backoff(self, value: Backoff) -> None:
-        self.cloud.backoff = value
+        self.scale_ups.backoff = value
 
     # ------------------------------------------------------------------ sync
 
@@ -124,12 +133,12 @@ class PassActuation:
     def _kill(self, k: Kill, did: str, now: float, report: PassReport) -> bool:
         """Terminate one instance, intent first; a node to fail is failed in Slurm first (its
         jobs requeue). False when the cloud call failed."""
-        if self.cloud.ports(k.owned.cloud) is None:
+        if k.owned.cloud not in self.terminations.clouds:
             report.errors.append(f"terminate {k.instance_id}: no port for {k.owned.cloud}")
             return False
         if k.fail_node:
             _add(report, self.slurm.fix_node(k.fail_node, "fail", k.reason))
-        res = self.cloud.terminate(
+        res = self.terminations.terminate(
             k.instance_id, k.owned, k.reason, did, now, transition=k.transition
         )
         if not res.terminated:
@@ -149,11 +158,13 @@ class PassActuation:
         report: PassReport,
     ) -> None:
         """The plan's actions, in order of kind: scale-ups, jobs moved to capacity already bought,
-        jobs released after a failed launch, drains, terminations."""
+        jobs released after a failed launch, drains, terminations. What Slurm did for the
+        first four is added to the report once, before the terminations."""
         jobs = {j.job_id: j for j in view.pending}
+        slurm: list[SlurmOutcome] = []
         for su in plan.scale_ups:
             try:
-                self.scale_up(su, jobs, now, report)
+                slurm.extend(self.scale_up(su, jobs, now, report))
             except FencedOut:
                 raise  # no longer the leader: the loop stops the pass, nothing more is tried
             except (CloudError, ProvisionerError) as exc:
@@ -162,23 +173,22 @@ class PassActuation:
         for mv in plan.moves:
             pool = self.ctx.pool(mv.pool)
             if pool is not None:
-                _add(report, self.slurm.move_jobs(mv.job_ids, pool.partition, jobs))
+                slurm.append(self.slurm.move_jobs(mv.job_ids, pool.partition, jobs))
         for rl in plan.releases:
             pool = self.ctx.pool(rl.pool)
             if pool is not None:
-                _add(report, self.slurm.release_jobs(rl.job_ids, pool.partition, jobs))
-        for dr in plan.drains:
-            _add(report, self.slurm.drain(dr, now))
+                slurm.append(self.slurm.release_jobs(rl.job_ids, pool.partition, jobs))
+        slurm.extend(self.slurm.drain(dr, now) for dr in plan.drains)
+        _add(report, *slurm)
         for t in plan.terminations:
             si = self.store.instance(t.instance_id) if t.instance_id else None
             if si is None or si.instance.state not in TERMINABLE:
                 continue
-            listed = owned.get(t.instance_id)
             inst = si.instance
             join = t.decision.reason is ReasonCode.JOIN_TIMEOUT
             k = Kill(
                 inst.instance_id,
-                listed or owned_from_record(inst),
+                owned.get(t.instance_id) or owned_from_record(inst),
                 f"{t.decision.reason}: {t.decision.decision_id}",
                 fail_node=inst.node_name if join and inst.node_name else "",
                 join_failure=join,
@@ -187,20 +197,22 @@ class PassActuation:
 
     def scale_up(
         self, su: ScaleUp, jobs: Mapping[str, Job], now: float, report: PassReport
-    ) -> None:
-        """The cloud calls, then the instances they launched adopted, then the jobs moved."""
+    ) -> list[SlurmOutcome]:
+        """The cloud calls, then the instances they launched adopted, then the jobs moved (what
+        Slurm did is handed back, for the caller to add to the report)."""
         report.scale_ups += 1
         report.nodes_requested += su.nodes
-        res = self.cloud.scale_up(su, now)
+        res = self.scale_ups.scale_up(su, now)
         report.errors.extend(res.errors)
         if res.outcome is None:
-            return
+            return []
         report.nodes_placed += res.placed_nodes
+        moved: list[SlurmOutcome] = []
         if res.outcome.placed:
             self._adopt_launched(res, now, report)
             self.ctx.hook(STEP_SCALE_UP_BEFORE_REGISTER)
             if res.pool is not None:
-                _add(report, self.slurm.move_jobs(su.job_ids, res.pool.partition, jobs))
+                moved.append(self.slurm.move_jobs(su.job_ids, res.pool.partition, jobs))
         log.info(
             "scale-up %s: %d of %d node(s) placed (%s)",
             su.pool,
@@ -208,6 +220,7 @@ class PassActuation:
             su.nodes,
             su.decision.decision_id,
         )
+        return moved
 
     def _adopt_launched(self, res: ScaleUpResult, now: float, report: PassReport) -> None:
         """Record the instances a scale-up launched now, from the cloud's listing, so the

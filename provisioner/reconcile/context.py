@@ -13,17 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from provisioner.act.actuator import CloudPorts
 from provisioner.act.clock_probe import SkewProbe, watch_clouds
-from provisioner.act.cloud_actuator import (
-    STEP_SCALE_UP_AFTER_CLOUD,
-    STEP_SCALE_UP_AFTER_INTENT,
-    STEP_TERMINATE_AFTER_CLOUD,
-    STEP_TERMINATE_AFTER_INTENT,
-)
 from provisioner.act.pool_specs import OfferSpecs
-from provisioner.act.ports import PoolSpec
+from provisioner.act.ports import CloudPorts, PoolSpec
+from provisioner.act.scale_up import STEP_SCALE_UP_AFTER_CLOUD, STEP_SCALE_UP_AFTER_INTENT
 from provisioner.act.specs import NodeImages, UserDataFn
+from provisioner.act.terminate import STEP_TERMINATE_AFTER_CLOUD, STEP_TERMINATE_AFTER_INTENT
 from provisioner.clock import Clock
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.cloud_clock import SkewTracker
@@ -31,13 +26,13 @@ from provisioner.domain.offers import Offer, OfferKey
 from provisioner.domain.records import StoredInstance
 from provisioner.observe.slurm.observer import SlurmObserver
 from provisioner.plan.catalog import Catalog
+from provisioner.ports.store import ControllerStore
 from provisioner.register.ports import JobControl, NodeControl, NodeLauncher
 from provisioner.register.power_queue import PowerRequestQueue
 from provisioner.register.registrar import STEP_DRAIN_AFTER_SLURM
-from provisioner.store import Store
 
 # Where a crash matters; `hook(step)` is called at each (tests raise or SIGKILL there). The
-# actuator and the registrar name their own; the one between them is the coordinator's.
+# steps name their own; the one between a scale-up and its jobs' move is the coordinator's.
 STEP_SCALE_UP_BEFORE_REGISTER = "scale_up.before_register"
 STEPS = (
     STEP_SCALE_UP_AFTER_INTENT,
@@ -82,7 +77,7 @@ class LoopConfig:
 
 @dataclass
 class ReconcilerDeps:
-    store: Store
+    store: ControllerStore
     clock: Clock
     policy: Policy
     catalog: Catalog

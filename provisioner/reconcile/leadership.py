@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.records import Fence, Lease
-from provisioner.store import Store
+from provisioner.ports.store import LeaderLease
 
 log = logging.getLogger("provisioner.leadership")
 
@@ -60,7 +60,7 @@ class LeaderView:
 class Leadership:
     def __init__(
         self,
-        store: Store,
+        store: LeaderLease,
         name: str,
         *,
         ttl_s: float = 30.0,

@@ -20,9 +20,10 @@ and the observed world can be shown to leave no orphan and no duplicate.
 
 This module orchestrates the pass (`Reconciler`) and runs passes on a tick (`ControllerLoop`);
 the steps live beside it: `recovery.py` (recover), `snapshot_view.py` (observe, the planner's
-view), `actuation.py` (sync applied, act: the coordinator of the cloud actuator,
-`provisioner.act.cloud_actuator`, and the Slurm registrar, `provisioner.register.registrar`;
-Slurm-driven power-ups are planned by `plan()`), `provisioner.register.node_sync` (register),
+view), `actuation.py` (sync applied, act: each plan action through the step for its kind,
+`provisioner.act.scale_up`, `provisioner.act.terminate` and the Slurm registrar,
+`provisioner.register.registrar`; Slurm-driven power-ups are planned by `plan()`),
+`provisioner.register.node_sync` (register),
 `accounting_step.py` (account); `context.py` holds what they share (deps, settings, report,
 crash steps) and `outcomes.py` the back-off rebuilt from the stored outcomes.
 """
@@ -37,7 +38,8 @@ from typing import Any
 
 from provisioner.account.ledger import Accountant
 from provisioner.act.backoff_feed import BackoffSettings
-from provisioner.act.cloud_actuator import CloudActuator
+from provisioner.act.scale_up import ScaleUpStep
+from provisioner.act.terminate import TerminateStep
 from provisioner.clock import ClockMark, SteadyClock
 from provisioner.domain.instances import DEFAULT_STATE_TIMEOUTS_S, InstanceState, join_lease_s
 from provisioner.domain.intents import IntentKind
@@ -47,6 +49,7 @@ from provisioner.plan.backoff import Backoff
 from provisioner.plan.gpu_view import planning_view
 from provisioner.plan.planner import plan as make_plan
 from provisioner.plan.rank_cache import RankCache
+from provisioner.ports.store import FencedOut
 from provisioner.reconcile.accounting_step import AccountingStep
 from provisioner.reconcile.actuation import PassActuation
 from provisioner.reconcile.context import (
@@ -72,7 +75,6 @@ from provisioner.reconcile.snapshot_view import EffectivePolicy, enrich, list_ow
 from provisioner.reconcile.sync import TERMINABLE, SyncInput, plan_sync
 from provisioner.register.node_sync import NodeSync
 from provisioner.register.registrar import SlurmRegistrar
-from provisioner.store import FencedOut
 
 # Names other code imports from here (they moved to the step modules).
 __all__ = [
@@ -145,14 +147,22 @@ class Reconciler:
         self.store.sync_pools(self.policy.pools, now)
         self.store.sync_budgets(self.policy.budgets, now)
         since = now - 2 * self.settings.max_s
-        self.cloud = CloudActuator(
+        self.scale_ups = ScaleUpStep(
             clouds=deps.clouds,
             intents=self.store,
+            fence=self.store,
             specs=self.ctx.specs,
             settings=self.settings,
             backoff=rebuild_backoff(
                 self.store.intents(kind=IntentKind.SCALE_UP, since_ts=since), self.settings
             ),
+            hook=self.ctx.hook,
+        )
+        self.terminations = TerminateStep(
+            clouds=deps.clouds,
+            intents=self.store,
+            records=self.store,
+            fence=self.store,
             terminable=TERMINABLE,
             hook=self.ctx.hook,
         )
@@ -166,16 +176,16 @@ class Reconciler:
         self.nodes = NodeSync(
             records=self.store, launcher=deps.launcher, power_queue=deps.power_queue
         )
-        self.actuation = PassActuation(self.ctx, self.cloud, self.slurm)
+        self.actuation = PassActuation(self.ctx, self.scale_ups, self.terminations, self.slurm)
 
     @property
     def backoff(self) -> Backoff:
-        """The per-offer back-off (the cloud actuator replaces it with each scale-up's outcome)."""
-        return self.cloud.backoff
+        """The per-offer back-off (the scale-up step replaces it with each scale-up's outcome)."""
+        return self.scale_ups.backoff
 
     @backoff.setter
     def backoff(self, value: Backoff) -> None:
-        self.cloud.backoff = value
+        self.scale_ups.backoff = value
 
     def _timeouts(self) -> dict[InstanceState, float]:
         t = dict(DEFAULT_STATE_TIMEOUTS_S)
@@ -203,7 +213,7 @@ class Reconciler:
         self.ctx.hold_at_least(self.store.latest_clock_ts())
         now = self.ctx.now()
         report = PassReport(now_ts=now)
-        recover_intents(self.ctx, self.cloud, now, report)
+        recover_intents(self.ctx, self.terminations, now, report)
         snap = observe(self.deps.observer, self.last_snapshot, now)
         report.stale = snap.stale
         owned, complete = list_owned(self.deps.clouds, self.controller, report)

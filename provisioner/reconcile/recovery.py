@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from provisioner.act.actuator import terminate_instance
-from provisioner.act.cloud_actuator import CloudActuator
 from provisioner.act.ports import CloudState, OwnedInstance
+from provisioner.act.terminate import TerminateStep, terminate_instance
 from provisioner.domain.errors import CloudError
 from provisioner.domain.failures import ErrorCategory, category_of, error_code
 from provisioner.domain.intents import IntentKind
@@ -24,7 +23,9 @@ log = logging.getLogger("provisioner.loop")
 RECOVER = ErrorCategory.RECOVER
 
 
-def recover_intents(ctx: PassContext, cloud: CloudActuator, now: float, report: PassReport) -> None:
+def recover_intents(
+    ctx: PassContext, terminations: TerminateStep, now: float, report: PassReport
+) -> None:
     """Intents still pending at the start of a pass were left by a pass that did not finish
     (a crash): find out from the cloud whether the call happened."""
     for it in ctx.store.pending_intents():
@@ -32,7 +33,7 @@ def recover_intents(ctx: PassContext, cloud: CloudActuator, now: float, report: 
             if it.kind is IntentKind.SCALE_UP:
                 _recover_scale_up(ctx, it, now)
             elif it.kind is IntentKind.TERMINATE:
-                _recover_terminate(ctx, cloud, it, now)
+                _recover_terminate(ctx, terminations, it, now)
             else:
                 ctx.store.fail_intent(it.token, now, "unknown_kind", it.kind, category=RECOVER)
         except CloudError as err:
@@ -65,7 +66,9 @@ def _recover_scale_up(ctx: PassContext, it: Intent, now: float) -> None:
         log.info("recovered scale-up %s: the resize never happened", it.token)
 
 
-def _recover_terminate(ctx: PassContext, cloud: CloudActuator, it: Intent, now: float) -> None:
+def _recover_terminate(
+    ctx: PassContext, terminations: TerminateStep, it: Intent, now: float
+) -> None:
     p = it.terminate_payload
     owned = OwnedInstance(
         instance_id=it.instance_id,
@@ -86,5 +89,7 @@ def _recover_terminate(ctx: PassContext, cloud: CloudActuator, it: Intent, now: 
     if err is not None:
         ctx.store.fail_intent(it.token, now, error_code(err), str(err), category=category_of(err))
         return
-    ctx.store.confirm(it.token, now, transitions=cloud.terminating_moves(it.instance_id, p.reason))
+    ctx.store.confirm(
+        it.token, now, transitions=terminations.terminating_moves(it.instance_id, p.reason)
+    )
     log.info("recovered termination of %s", it.instance_id)

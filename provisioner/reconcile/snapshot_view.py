@@ -13,10 +13,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal
+from typing import Protocol
 
-from provisioner.account.budgets import budget_status
-from provisioner.act.actuator import CloudPorts
-from provisioner.act.ports import CloudState, OwnedInstance
+from provisioner.account.budgets import BudgetReads, budget_status
+from provisioner.act.ports import CloudPorts, CloudState, OwnedInstance
 from provisioner.config.models import Policy
 from provisioner.domain.errors import CloudError, InvalidArgument, ProvisionerError
 from provisioner.domain.instances import CloudInstance, InstanceState
@@ -27,10 +27,10 @@ from provisioner.domain.snapshot import ClusterSnapshot, SpendState
 from provisioner.domain.telemetry import DEFAULT_MAX_AGE_S, fresh
 from provisioner.observe.slurm.observer import SlurmObserver, observe_or_stale
 from provisioner.plan.gpu_view import attach_gpu_load
+from provisioner.ports.store import DecisionLog, PolicyRepo, TelemetryRepo
 from provisioner.reconcile.context import PassContext, PassReport
 from provisioner.reconcile.outcomes import error_code
 from provisioner.reconcile.sync import orphan_record
-from provisioner.store import Store
 
 log = logging.getLogger("provisioner.loop")
 
@@ -158,8 +158,15 @@ def placeholders(
     return out
 
 
+class SpendReads(BudgetReads, DecisionLog, Protocol):
+    """What the spend view reads: the budget status's reads, and the decisions in flight."""
+
+
 def spend(
-    store: Store, live: Sequence[StoredInstance], instances: Sequence[CloudInstance], now: float
+    store: SpendReads,
+    live: Sequence[StoredInstance],
+    instances: Sequence[CloudInstance],
+    now: float,
 ) -> SpendState:
     burn = sum((i.price_usd_hr for i in instances), Decimal(0))
     status = budget_status(store, now)
@@ -183,7 +190,7 @@ def spend(
 class EffectivePolicy:
     """The policy the planner plans with; the variant for a set of drained pools is cached."""
 
-    def __init__(self, store: Store, policy: Policy) -> None:
+    def __init__(self, store: PolicyRepo, policy: Policy) -> None:
         self.store = store
         self.policy = policy
         self._drained_policy: tuple[frozenset[str], Policy] | None = None
@@ -203,7 +210,7 @@ class EffectivePolicy:
 
 
 def gpu_load_from_store(
-    store: Store, now_ts: float, max_age_s: float = DEFAULT_MAX_AGE_S
+    store: TelemetryRepo, now_ts: float, max_age_s: float = DEFAULT_MAX_AGE_S
 ) -> dict[str, tuple[GpuSample, ...]]:
     """Fresh GPU samples per node name, in GPU index order. Stale GPUs are omitted; a node
     with none fresh (or whose agent has not been heard from within `max_age_s`) is absent."""

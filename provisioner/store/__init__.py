@@ -13,7 +13,13 @@ below subclasses its Protocol, and `Store` is a `ControllerStore`. `provisioner.
 holds in-memory versions of the same ports.
 """
 
-from provisioner.ports.store import ControllerStore
+from provisioner.ports.store import (
+    ConcurrentUpdate,
+    ControllerStore,
+    FencedOut,
+    NotFound,
+    StoreError,
+)
 from provisioner.store.clocks import ClockStore
 from provisioner.store.decisions import DecisionStore
 from provisioner.store.engine import DEFAULT_URL, StoreBase, make_engine
@@ -21,7 +27,6 @@ from provisioner.store.instances import InstanceStore
 from provisioner.store.lease import LeaseStore
 from provisioner.store.ledger import LedgerStore
 from provisioner.store.policy import PolicyStore
-from provisioner.store.records import ConcurrentUpdate, FencedOut, NotFound, StoreError
 from provisioner.store.runtime import RuntimeHistoryStore
 from provisioner.store.telemetry import TelemetryStore
 from provisioner.store.tokens import TokenStore

@@ -14,8 +14,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from provisioner.domain.records import Fence
+from provisioner.ports.store import FencedOut, StoreError
 from provisioner.store import migrations
-from provisioner.store.records import FencedOut, StoreError, _table
+from provisioner.store.models import _table
 
 DEFAULT_URL = "sqlite:///provisioner.sqlite"
 

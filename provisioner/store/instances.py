@@ -28,10 +28,9 @@ from provisioner.domain.intents import (
 )
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.records import Intent, NewIntent, StoredInstance
-from provisioner.ports.store import InstanceRepo, IntentLog
+from provisioner.ports.store import InstanceRepo, IntentLog, NotFound, StoreError
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import InstanceRow, InstanceTransitionRow, IntentRow
-from provisioner.store.records import NotFound, StoreError
 
 
 class InstanceStore(StoreBase, IntentLog, InstanceRepo):

@@ -28,10 +28,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from provisioner.domain.records import Fence, Lease
-from provisioner.ports.store import LeaderLease
+from provisioner.ports.store import FencedOut, LeaderLease, StoreError
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import LeaderLeaseRow
-from provisioner.store.records import FencedOut, StoreError
 
 log = logging.getLogger("provisioner.lease")
 

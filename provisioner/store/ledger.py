@@ -21,7 +21,7 @@ from provisioner.domain.records import (
     from_micros,
     to_micros,
 )
-from provisioner.ports.store import Ledger
+from provisioner.ports.store import ConcurrentUpdate, Ledger, NotFound, StoreError
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import (
     GRAINS,
@@ -30,8 +30,8 @@ from provisioner.store.models import (
     JobUsageRow,
     LedgerRow,
     RollupRow,
+    _table,
 )
-from provisioner.store.records import ConcurrentUpdate, NotFound, StoreError, _table
 
 # One ledger row never holds more than $10M (or a unit price over that). Costs are summed as
 # 64-bit integer micro-dollars; with this bound it takes 900,000 maximal rows in one day and

@@ -14,7 +14,7 @@ The schema is created by the Alembic migrations in `migrations/versions`, never 
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -26,6 +26,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
@@ -405,3 +406,7 @@ class EnergyMarkRow(Base):
     energy_mj: Mapped[float | None] = mapped_column(Float, nullable=True)
     power_w: Mapped[float | None] = mapped_column(Float, nullable=True)
     updated_ts: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+def _table(cls: type[Any]) -> Table:
+    return cast(Table, cls.__table__)

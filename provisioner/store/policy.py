@@ -12,8 +12,7 @@ from provisioner.config.models import Budgets, PoolPolicy
 from provisioner.domain.records import BudgetRecord, OperatorState, PoolInfo
 from provisioner.ports.store import PolicyRepo
 from provisioner.store.engine import StoreBase
-from provisioner.store.models import BudgetRow, OperatorStateRow, PoolRow
-from provisioner.store.records import _table
+from provisioner.store.models import BudgetRow, OperatorStateRow, PoolRow, _table
 
 
 class PolicyStore(StoreBase, PolicyRepo):

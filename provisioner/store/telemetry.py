@@ -11,10 +11,9 @@ from sqlalchemy import delete, select
 
 from provisioner.domain.nodes import GpuSample
 from provisioner.domain.records import EnergyMark, LedgerEntry, NodeTelemetry, StoredPayload
-from provisioner.ports.store import TelemetryRepo
+from provisioner.ports.store import ConcurrentUpdate, TelemetryRepo
 from provisioner.store.ledger import LedgerStore
 from provisioner.store.models import EnergyMarkRow, TelemetryPayloadRow, TelemetryRow
-from provisioner.store.records import ConcurrentUpdate
 
 
 class TelemetryStore(LedgerStore, TelemetryRepo):

@@ -7,10 +7,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from provisioner.domain.records import TokenRecord
-from provisioner.ports.store import TokenRepo
+from provisioner.ports.store import StoreError, TokenRepo
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import ApiTokenRow
-from provisioner.store.records import StoreError
 
 
 class TokenStore(StoreBase, TokenRepo):

@@ -207,8 +207,8 @@ def test_overview_shows_who_uses_the_onprem_gpus_with_their_nvml_load(db_url):
     from provisioner.domain.nodes import Node, NodeKind, NodeState
     from provisioner.domain.snapshot import ClusterSnapshot
     from provisioner.domain.telemetry import GpuReading, GpuTelemetry
+    from provisioner.observe.telemetry_ingest import record_payload
     from provisioner.store import Store
-    from provisioner.store.telemetry_ingest import record_payload
 
     store = Store(db_url)
     run = dict(state=JobState.RUNNING, start_ts=NOW - 100)

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from cloud_helpers import ATTEMPTS, CONTROLLER, AwsEnv, aws_spec
 
-from provisioner.act.actuator import CloudPorts, scale_up_with_fallback, terminate_instance
 from provisioner.act.backoff_feed import BackoffSettings
-from provisioner.act.ports import COST_TAGS, CloudState, OwnedInstance
+from provisioner.act.ports import COST_TAGS, CloudPorts, CloudState, OwnedInstance
+from provisioner.act.scale_up import scale_up_with_fallback
 from provisioner.act.sweep import SweepReason, plan_sweep
+from provisioner.act.terminate import terminate_instance
 from provisioner.domain.errors import AuthError, CapacityError, QuotaError, ThrottlingError
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.offers import CapacityType

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from provisioner.act.actuator import CloudPorts
 from provisioner.act.clock_probe import watch_clouds
+from provisioner.act.ports import CloudPorts
 from provisioner.domain.cloud_clock import SkewTracker
 
 T0 = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)

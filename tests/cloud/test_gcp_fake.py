@@ -8,11 +8,12 @@ import uuid
 import pytest
 from cloud_helpers import ATTEMPTS, CONTROLLER, GcpEnv, gcp_spec
 
-from provisioner.act.actuator import CloudPorts, scale_up_with_fallback, terminate_instance
 from provisioner.act.backoff_feed import BackoffSettings
-from provisioner.act.ports import COST_TAGS, request_token
+from provisioner.act.ports import COST_TAGS, CloudPorts, request_token
+from provisioner.act.scale_up import scale_up_with_fallback
 from provisioner.act.shapes import gcp_template_name
 from provisioner.act.sweep import SweepReason, plan_sweep
+from provisioner.act.terminate import terminate_instance
 from provisioner.domain.errors import CapacityError, QuotaError, ThrottlingError
 from provisioner.domain.offers import CapacityType
 from provisioner.plan.backoff import Backoff

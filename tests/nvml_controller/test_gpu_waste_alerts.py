@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from provisioner.account.gpu_waste import gpu_waste
 from provisioner.config.models import Health
 from provisioner.domain.money import cost_for_seconds
-from provisioner.store.telemetry_ingest import record_payload
+from provisioner.observe.telemetry_ingest import record_payload
 
 pytestmark = pytest.mark.nvml
 

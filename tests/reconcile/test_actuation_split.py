@@ -10,10 +10,11 @@ import pytest
 from reconcile_world import POOL, policy
 
 from provisioner.act.backoff_feed import BackoffSettings
-from provisioner.act.cloud_actuator import CloudActuator
 from provisioner.act.pool_specs import OfferSpecs
 from provisioner.act.ports import CloudState, GroupStatus, OwnedInstance, PoolSpec
+from provisioner.act.scale_up import ScaleUpStep
 from provisioner.act.specs import NodeImages
+from provisioner.act.terminate import TerminateStep
 from provisioner.domain.errors import CapacityError, ProvisionerError, ThrottlingError
 from provisioner.domain.failures import ErrorCategory
 from provisioner.domain.instances import CloudInstance, InstanceState
@@ -121,13 +122,26 @@ def world(db_url):
     store.close()
 
 
-def actuator(store, calls, cap, *, fenced: bool = False) -> CloudActuator:
-    return CloudActuator(
+def actuator(store, calls, cap, *, fenced: bool = False) -> ScaleUpStep:
+    watched = Watched(store, calls, fenced=fenced)
+    return ScaleUpStep(
         clouds={"aws": Ports(cap)},  # type: ignore[dict-item]
-        intents=Watched(store, calls, fenced=fenced),  # type: ignore[arg-type]
+        intents=watched,  # type: ignore[arg-type]
+        fence=watched,  # type: ignore[arg-type]
         specs=OfferSpecs(policy(), Catalog((OFFER,)), images=NodeImages({"aws": "ami-12c6146b"})),
         settings=SETTINGS,
         backoff=Backoff(),
+        hook=lambda step: calls.append(f"hook:{step}"),
+    )
+
+
+def terminator(store, calls, cap) -> TerminateStep:
+    watched = Watched(store, calls)
+    return TerminateStep(
+        clouds={"aws": Ports(cap)},  # type: ignore[dict-item]
+        intents=watched,  # type: ignore[arg-type]
+        records=watched,  # type: ignore[arg-type]
+        fence=watched,  # type: ignore[arg-type]
         terminable=TERMINABLE,
         hook=lambda step: calls.append(f"hook:{step}"),
     )
@@ -237,7 +251,7 @@ def test_a_scale_up_without_a_boot_image_fails_before_any_call(world):
 def test_terminate_writes_the_intent_then_checks_the_fence_then_terminates(world):
     store, calls, cap = world
     store.add_instance(instance())
-    res = actuator(store, calls, cap).terminate("i-1", owned(), "idle", "d-9", NOW)
+    res = terminator(store, calls, cap).terminate("i-1", owned(), "idle", "d-9", NOW)
     assert res.terminated
     assert calls == [
         "record_intent",
@@ -258,7 +272,7 @@ def test_a_failed_terminate_is_stored_with_its_category(world):
     store, calls, cap = world
     store.add_instance(instance())
     cap.fail_terminate = ThrottlingError("slow down", code="Throttling")
-    res = actuator(store, calls, cap).terminate("i-1", owned(), "idle", "d-9", NOW)
+    res = terminator(store, calls, cap).terminate("i-1", owned(), "idle", "d-9", NOW)
     assert (res.terminated, res.error) == (False, "terminate i-1: throttling:Throttling")
     (it,) = store.intents(kind=IntentKind.TERMINATE)
     assert it.error_category is ErrorCategory.THROTTLING
@@ -397,7 +411,7 @@ def test_recovery_settles_old_payloads_and_unknown_kinds_with_the_recover_catego
         NewIntent("terminate", "tok-t", NOW - 30, instance_id="i-9", payload={"cloud": "gcp"})
     )
     report = PassReport(now_ts=NOW)
-    recover_intents(rec.ctx, rec.cloud, NOW, report)
+    recover_intents(rec.ctx, rec.terminations, NOW, report)
     kind, term = store.intent("tok-k"), store.intent("tok-t")
     assert (kind.error_code, kind.error, kind.error_category) == (
         "unknown_kind",

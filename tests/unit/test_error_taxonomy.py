@@ -79,7 +79,7 @@ def test_typed_errors_keep_their_builtin_meaning() -> None:
     assert issubclass(InvalidArgument, ValueError)
     assert issubclass(NotKnown, LookupError)
     from provisioner.domain.instances import IllegalTransition
-    from provisioner.store.records import NotFound
+    from provisioner.ports.store import NotFound
 
     assert issubclass(IllegalTransition, ValueError)
     assert issubclass(NotFound, LookupError)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from provisioner.api.auth import Principal, Role
-from provisioner.store import Store
+from provisioner.ports.store import TokenRepo
 
 COOKIE = "pbc_session"
 DEFAULT_TTL_S = 12 * 3600.0
@@ -59,7 +59,7 @@ class Sessions:
         return s
 
     def get(
-        self, session_id: str | None, store: Store, *, now_ts: float | None = None
+        self, session_id: str | None, store: TokenRepo, *, now_ts: float | None = None
     ) -> Session | None:
         """The live session for a cookie value, or None (unknown, expired, token revoked, or
         token past its expiry at `now_ts`, the controller's clock)."""

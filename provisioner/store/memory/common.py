@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from provisioner.store.records import StoreError
+from provisioner.ports.store import StoreError
 
 
 def json_copy(value: Mapping[str, Any]) -> dict[str, Any]:

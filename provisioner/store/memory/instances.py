@@ -26,10 +26,9 @@ from provisioner.domain.intents import (
 )
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.records import Intent, NewIntent, StoredInstance
-from provisioner.ports.store import InstanceRepo, IntentLog
+from provisioner.ports.store import InstanceRepo, IntentLog, NotFound, StoreError
 from provisioner.store.memory.common import json_copy
 from provisioner.store.memory.ledger import MemoryLedger
-from provisioner.store.records import NotFound, StoreError
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from provisioner.domain.records import Fence, Lease
-from provisioner.ports.store import LeaderLease
-from provisioner.store.records import FencedOut, StoreError
+from provisioner.ports.store import FencedOut, LeaderLease, StoreError
 
 
 class MemoryLeaderLease(LeaderLease):

@@ -18,10 +18,9 @@ from provisioner.domain.records import (
     from_micros,
     to_micros,
 )
-from provisioner.ports.store import Ledger
+from provisioner.ports.store import ConcurrentUpdate, Ledger, NotFound, StoreError
 from provisioner.store.ledger import EXPORT_COLUMNS, MAX_ENTRY_MICROS
 from provisioner.store.models import LEDGER_DIMENSIONS
-from provisioner.store.records import ConcurrentUpdate, NotFound, StoreError
 
 # The keys `grouped_costs` groups by (the SQL store's rollup columns).
 GROUP_KEYS = ("day", *LEDGER_DIMENSIONS)

@@ -9,10 +9,9 @@ from typing import Any, Generic, TypeVar
 
 from provisioner.domain.nodes import GpuSample
 from provisioner.domain.records import EnergyMark, LedgerEntry, NodeTelemetry, StoredPayload
-from provisioner.ports.store import TelemetryRepo
+from provisioner.ports.store import ConcurrentUpdate, TelemetryRepo
 from provisioner.store.memory.common import json_copy
 from provisioner.store.memory.ledger import MemoryLedger
-from provisioner.store.records import ConcurrentUpdate
 
 K = TypeVar("K")
 V = TypeVar("V")

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from provisioner.domain.records import TokenRecord
-from provisioner.ports.store import TokenRepo
-from provisioner.store.records import StoreError
+from provisioner.ports.store import StoreError, TokenRepo
 
 
 class MemoryTokenRepo(TokenRepo):

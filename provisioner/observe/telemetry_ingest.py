@@ -10,10 +10,12 @@ from provisioner.domain.telemetry import (
     GpuTelemetry,
     gpu_idle,
 )
-from provisioner.store import Store
+from provisioner.ports.store import TelemetryRepo
 
 
-def record_payload(store: Store, payload: GpuTelemetry, received_ts: float, policy: Policy) -> bool:
+def record_payload(
+    store: TelemetryRepo, payload: GpuTelemetry, received_ts: float, policy: Policy
+) -> bool:
     """Store a pushed payload whole, with since when each GPU has been idle (by the policy's
     thresholds). A GPU idle in the previous payload too (same UUID) keeps its start; one that
     just became idle starts at this sample. False: an older sample, not stored."""
