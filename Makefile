@@ -10,7 +10,7 @@ SLURM24_DIR ?= $(CURDIR)/.slurm-24.11
 SLURM24_PORT_BASE ?= 6917
 export SLURM_DIR SLURM24_DIR SLURM24_PORT_BASE
 
-.PHONY: failover venv focus-venv browser-deps run simulate test test-e2e test-unit test-browser test-ha lint typecheck bench chaos slurm-up slurm-down pg-up pg-down \
+.PHONY: test-host-roots test-hosts-clean failover venv focus-venv browser-deps run simulate test test-e2e test-unit test-browser test-ha lint typecheck bench chaos slurm-up slurm-down pg-up pg-down \
         localstack-up localstack-down iac-review clean
 
 venv: $(STAMP)
@@ -76,13 +76,23 @@ PG_URL = $$(cat $(PG_DIR)/url)
 LEFT_RUNNING = make test left running: Slurm 22.05 ($(SLURM_DIR:$(CURDIR)/%=%)), Slurm 24.11 \
     ($(SLURM24_DIR:$(CURDIR)/%=%)), PostgreSQL ($(PG_DIR:$(CURDIR)/%=%)); stop them with: \
     make slurm-down pg-down
-test: venv focus-venv browser-deps slurm-up pg-up
+test: venv focus-venv browser-deps slurm-up pg-up test-host-roots
 	@trap '{ set +x; } 2>/dev/null; echo "$(LEFT_RUNNING)"' EXIT; \
 	trap '{ set +x; } 2>/dev/null; exit 130' INT TERM; \
 	set -ex; \
 	$(BIN)/lint-imports; \
-	env REQUIRE_FOCUS_VALIDATOR=1 REQUIRE_POSTGRES=1 PROVISIONER_TEST_DATABASE_URL=$(PG_URL) \
-	    $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	env REQUIRE_FOCUS_VALIDATOR=1 REQUIRE_POSTGRES=1 REQUIRE_TEST_HOSTS=1 \
+	    PROVISIONER_TEST_DATABASE_URL=$(PG_URL) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Burst instances booted as hosts of their own (tests/hosts): a Debian 12 root (Slurm 22.05)
+# that systemd-nspawn boots, with cloud-init, munge and slurmd. Built once (~80 s), then reused.
+TEST_HOST_ROOTS ?= $(CURDIR)/.slurm-roots
+test-host-roots:
+	bash scripts/test-host-root.sh "$(TEST_HOST_ROOTS)/host-bookworm" bookworm
+
+# Removes every test host, namespace and link a killed test run left (names start with gbt).
+test-hosts-clean: venv
+	$(BIN)/python -m provisioner.testing.hosts
 
 test-ha: venv pg-up
 	REQUIRE_POSTGRES=1 PROVISIONER_TEST_DATABASE_URL=$(PG_URL) \
@@ -99,7 +109,7 @@ test-e2e: venv focus-venv slurm-up
 	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q -m e2e $(PYTEST_ARGS)
 
 test-unit: venv
-	$(BIN)/python -m pytest -q -m "not slurm and not e2e and not browser and not wheel" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slurm and not e2e and not browser and not wheel and not testhosts" $(PYTEST_ARGS)
 
 test-browser: venv focus-venv browser-deps
 	REQUIRE_FOCUS_VALIDATOR=1 $(BIN)/python -m pytest -q -m browser $(PYTEST_ARGS)
