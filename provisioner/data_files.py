@@ -18,6 +18,7 @@ from provisioner.domain.errors import ConfigError
 _SOURCE = {"policies": "policies", "infra": "infra", "traces": "data/traces"}
 SAMPLE_TRACE = "philly_2017-10-02_4w.csv.gz"
 BOOTSTRAP_TEMPLATE = Path("bootstrap") / "slurm-node.cloud-init.yaml"
+BOOTSTRAP_JOIN = Path("bootstrap") / "gpu-burst-join.py"
 
 
 def _shipped(name: str) -> Path:
@@ -61,6 +62,20 @@ def infra_dir() -> Path:
 def bootstrap_template() -> Path:
     """The cloud-init template every burst node boots with."""
     return infra_dir() / BOOTSTRAP_TEMPLATE
+
+
+def bootstrap_join_program() -> Path:
+    """The program a burst node runs at first boot to join as the node it was bound to."""
+    return infra_dir() / BOOTSTRAP_JOIN
+
+
+def cloud_init_schema() -> Path:
+    """cloud-init's JSON schema for #cloud-config, vendored with its licence (package data of
+    provisioner.act, in the wheel and in the source tree alike)."""
+    return (
+        Path(str(files("provisioner") / "act" / "cloud_init_schema"))
+        / "schema-cloud-config-v1.json"
+    )
 
 
 def sample_trace() -> Path:

@@ -33,6 +33,8 @@ COST_TAGS = (TAG_CONTROLLER, TAG_POOL, TAG_TEAM, TAG_DECISION)
 # On AWS launch templates only: the spec's `shape_hash`, so either driver sees a shape change.
 TAG_SHAPE = "shape"
 UNASSIGNED_TEAM = "unassigned"
+# The per-instance tag (AWS) / instance attribute (GCE) that names the instance's Slurm node.
+NODE_KEY = "slurm-node"
 
 # Called at each step where a crash matters, with the step's name (tests raise or SIGKILL there).
 Hook = Callable[[str], None]
@@ -190,6 +192,8 @@ class OwnedInstance:
     tags: Mapping[str, str] = field(default_factory=dict)
     ended_ts: float | None = None  # when the cloud terminated it, where it says
     stamp_error: str = ""
+    private_ip: str = ""  # the cloud's own answer ("" while it has none): the node's NodeAddr
+    named_node: str = ""  # the Slurm node named on it (`name_node`), "" while none is
 
     @property
     def controller(self) -> str:
@@ -245,6 +249,13 @@ class CloudCapacity(Protocol):
     def group_status(self, spec: PoolSpec) -> GroupStatus: ...
 
     def resize(self, spec: PoolSpec, target: int, token: str) -> None: ...
+
+    def name_node(self, instance: OwnedInstance, node: str) -> None:
+        """Name the Slurm node this instance was bound to, on the instance itself, where its
+        metadata service shows it to that instance alone: the tag `slurm-node` (AWS, read
+        through instance metadata tags) or the instance attribute `slurm-node` (GCE). The
+        join program on the VM waits for it (`infra/bootstrap/gpu-burst-join.py`)."""
+        ...
 
     def terminate(self, instance: OwnedInstance, token: str) -> None:
         """Terminate this instance and decrement its group's size so it is not replaced.

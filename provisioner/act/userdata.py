@@ -1,17 +1,31 @@
-"""Render the node bootstrap (cloud-init) that starts slurmd pointed at the controller.
+"""Render the node bootstrap (cloud-init user-data) that joins a burst VM to Slurm.
 
-The template lives in `infra/bootstrap/slurm-node.cloud-init.yaml` (package data in a wheel), so
-the Pulumi programs and the SDK drivers send the same bytes.
+The document is data: the template (`infra/bootstrap/slurm-node.cloud-init.yaml`, package data
+in a wheel) is loaded as YAML, the node group's settings and the join program are added to its
+`write_files`, and the result is dumped with `yaml.safe_dump`, never filled in as text. Every
+rendering is checked against cloud-init's own JSON schema (vendored from Debian 12's
+cloud-init, `cloud_init_schema/`), so a bad document fails here, naming the field, not on a VM.
+The Pulumi programs and the SDK drivers send the same bytes.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from string import Template
+from typing import Any
+
+import jsonschema
+import yaml
 
 from provisioner import data_files
-from provisioner.act.ports import PoolSpec
+from provisioner.act.ports import NODE_KEY, PoolSpec
+from provisioner.domain.errors import InvalidArgument
+
+HEADER = "#cloud-config\n"
+NODE_SETTINGS = "/etc/gpu-burst/node.json"
+JOIN_PROGRAM = "/usr/local/sbin/gpu-burst-join"
 
 
 def default_template_path() -> Path:
@@ -22,31 +36,84 @@ def default_template_path() -> Path:
 class NodeBootstrap:
     controller_host: str
     controller_port: int = 6817
-    # Burst nodes get a higher Weight than on-prem nodes so local GPUs are used first.
-    weight: int = 100
-    # Prints the cluster's munge key (e.g. from AWS SSM or GCP Secret Manager).
-    munge_key_command: str = "cat /run/secrets/munge.key"
+    # Prints the cluster's munge key on the VM; "" when the image already holds the key.
+    munge_key_command: str = ""
+    join_deadline_s: int = 600  # how long the VM waits to be named before it gives up
     template_path: Path | None = None
 
 
-def node_features(spec: PoolSpec) -> str:
-    cap = "spot" if spec.spot else "on-demand"
-    gpu = spec.gpu_model.lower().replace(" ", "-")
-    return ",".join(("cloud", spec.cloud, spec.region, cap, spec.pool, gpu))
+def node_settings(spec: PoolSpec, boot: NodeBootstrap) -> dict[str, Any]:
+    """What the join program reads on the VM (/etc/gpu-burst/node.json). Nothing secret."""
+    return {
+        "cloud": spec.cloud,
+        "conf_server": f"{boot.controller_host}:{boot.controller_port}",
+        "node_key": NODE_KEY,
+        "join_deadline_s": boot.join_deadline_s,
+        "munge_key_command": boot.munge_key_command,
+        "controller": spec.controller,
+        "pool": spec.pool,
+        "group": spec.group_name,
+        "decision": spec.decision_id,
+    }
+
+
+def bootstrap_document(spec: PoolSpec, boot: NodeBootstrap) -> dict[str, Any]:
+    path = boot.template_path or default_template_path()
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(doc, dict):
+        raise InvalidArgument(f"{path}: a cloud-config template must be a mapping")
+    settings = json.dumps(node_settings(spec, boot), indent=2, sort_keys=True) + "\n"
+    join = data_files.bootstrap_join_program().read_text(encoding="utf-8")
+    doc["write_files"] = [
+        {"path": NODE_SETTINGS, "permissions": "0644", "content": settings},
+        {"path": JOIN_PROGRAM, "permissions": "0755", "content": join},
+        *doc.get("write_files", []),
+    ]
+    return doc
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the settings, the join program) as literal blocks, so the document
+    reads as written in an IaC review."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
 
 
 def render_user_data(spec: PoolSpec, boot: NodeBootstrap) -> str:
-    path = boot.template_path or default_template_path()
-    tmpl = Template(path.read_text(encoding="utf-8"))
-    return tmpl.substitute(
-        controller_host=boot.controller_host,
-        controller_port=boot.controller_port,
-        features=node_features(spec),
-        gpus=spec.gpus,
-        weight=boot.weight,
-        controller=spec.controller,
-        pool=spec.pool,
-        group=spec.group_name,
-        decision=spec.decision_id,
-        munge_key_command=boot.munge_key_command,
+    doc = bootstrap_document(spec, boot)
+    text = HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=4096)
+    check_user_data(text)
+    if yaml.safe_load(text) != doc:  # what the VM reads is what was built
+        raise InvalidArgument("user-data: the dumped document does not read back as built")
+    return text
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    raw = data_files.cloud_init_schema().read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(raw)
+    return schema
+
+
+def check_user_data(text: str, where: str = "user-data") -> None:
+    """Refuse a user-data that cloud-init would not accept: not `#cloud-config`, not YAML, or
+    against cloud-init's schema (the error names the field)."""
+    if not text.startswith(HEADER):
+        raise InvalidArgument(f"{where}: must start with {HEADER.strip()!r}")
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InvalidArgument(f"{where}: not YAML: {exc}") from exc
+    errors = sorted(
+        jsonschema.Draft4Validator(_schema()).iter_errors(doc), key=lambda e: list(e.path)
     )
+    if errors:
+        first = errors[0]
+        field = ".".join(str(p) for p in first.path) or "(top)"
+        raise InvalidArgument(f"{where}: {field}: {first.message}")

@@ -206,7 +206,9 @@ class NodeBootstrap(Strict):
     """How burst nodes find the controller and boot (rendered into cloud-init)."""
 
     controller_host: str = "slurmctld.internal"
-    munge_key_command: str = "cat /etc/munge/munge.key"
+    # Run on the VM to print the cluster's munge key (e.g. from the cloud's secret store, with
+    # the instance's own role); "" when the image already holds /etc/munge/munge.key.
+    munge_key_command: str = ""
     images: dict[str, str] = Field(default_factory=dict)  # "aws" or "aws/us-east-1" -> image
     gcp_project: str = ""
 

@@ -140,7 +140,7 @@ def render_power_save(
                 f"SuspendTimeout={suspend_timeout_s}",
                 f"ResumeTimeout={resume_timeout_s}",
                 f"SuspendExcParts={','.join(exclude_partitions)}",
-                "SlurmctldParameters=idle_on_node_suspend,cloud_reg_addrs",
+                "SlurmctldParameters=enable_configless,idle_on_node_suspend,cloud_reg_addrs",
                 "PrivateData=cloud",
             ]
         )

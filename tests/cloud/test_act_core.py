@@ -375,9 +375,17 @@ def test_pool_specs_cover_every_allowed_group() -> None:
         NodeImages({}).for_("aws", "us-east-1")
 
 
-def test_user_data_starts_slurmd_pointed_at_the_controller(tmp_path: Path) -> None:
+def test_user_data_is_data_that_names_the_controller_and_runs_the_join_program(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    import yaml
+
     policy = _policy()
-    boot = NodeBootstrap(controller_host="head.example.org", weight=500)
+    # A command with both quote kinds: string substitution into YAML broke on these.
+    key_cmd = """aws ssm get-parameter --name "/burst/munge" --query 'Parameter.Value'"""
+    boot = NodeBootstrap(controller_host="head.example.org", munge_key_command=key_cmd)
     spec = spec_for_offer(
         policy,
         policy.pools[0],
@@ -388,10 +396,44 @@ def test_user_data_starts_slurmd_pointed_at_the_controller(tmp_path: Path) -> No
         user_data=lambda s: render_user_data(s, boot),
     )
     text = spec.user_data
-    assert text.startswith("#cloud-config")
-    assert "--conf-server head.example.org:6817 -Z" in text
-    assert "Features=cloud,aws,us-east-1,spot,aws-a100,a100 Gres=gpu:8 Weight=500" in text
-    assert "BURST_DECISION=d-42" in text and "systemctl, enable, --now, slurmd" in text
-    import yaml
+    assert text.startswith("#cloud-config\n")
+    doc = yaml.safe_load(text)
+    files = {f["path"]: f for f in doc["write_files"]}
+    settings = json.loads(files["/etc/gpu-burst/node.json"]["content"])
+    assert settings["conf_server"] == "head.example.org:6817"
+    assert settings["munge_key_command"] == key_cmd  # exactly, quotes and all
+    got = (settings["cloud"], settings["pool"], settings["decision"])
+    assert got == ("aws", "aws-a100", "d-42")
+    assert settings["node_key"] == "slurm-node"
+    join = files["/usr/local/sbin/gpu-burst-join"]
+    assert join["permissions"] == "0755" and join["content"].startswith("#!/usr/bin/python3")
+    assert doc["runcmd"] == [["/usr/bin/python3", "/usr/local/sbin/gpu-burst-join"]]
+    # The node model: a declared CLOUD node joined by name, never a dynamic node (-Z).
+    assert "-Z" not in text and "slurmd -N" not in text.replace("slurmd -N <node>", "")
 
-    assert yaml.safe_load(text)["runcmd"][-1] == ["systemctl", "enable", "--now", "slurmd"]
+
+def test_a_user_data_cloud_init_would_refuse_is_refused_naming_the_field(tmp_path: Path) -> None:
+    from provisioner.act.userdata import check_user_data
+    from provisioner.domain.errors import InvalidArgument
+
+    check_user_data("#cloud-config\nruncmd:\n  - [echo, ok]\n")
+    with pytest.raises(InvalidArgument, match="runcmd"):
+        check_user_data("#cloud-config\nruncmd: 5\n")
+    with pytest.raises(InvalidArgument, match=r"write_files\.0"):
+        check_user_data("#cloud-config\nwrite_files:\n  - content: x\n")  # no path
+    with pytest.raises(InvalidArgument, match="#cloud-config"):
+        check_user_data("runcmd: []\n")
+    bad = tmp_path / "t.yaml"
+    bad.write_text("#cloud-config\npackages: {a: 1}\n")
+    policy = _policy()
+    with pytest.raises(InvalidArgument, match="packages"):
+        spec_for_offer(
+            policy,
+            policy.pools[0],
+            OFFERS[0],
+            CapacityType.SPOT,
+            images=IMAGES,
+            user_data=lambda s: render_user_data(
+                s, NodeBootstrap(controller_host="h", template_path=bad)
+            ),
+        )

@@ -165,7 +165,7 @@ def test_infra_main_declares_every_group_of_the_chosen_pools(
         assert sum("instanceMarketOptions" in a.inputs for a in lts) == 2
         for a in lts:
             boot = base64.b64decode(a.inputs["userData"]).decode()
-            assert "--conf-server head.example.org:6817" in boot
+            assert '"conf_server": "head.example.org:6817"' in boot
 
     return registered(resources, check)
 

@@ -1,0 +1,154 @@
+#!/usr/bin/python3
+"""Join this VM to the Slurm cluster as the node the controller bound it to.
+
+Written to /usr/local/sbin/gpu-burst-join by the node bootstrap (cloud-init) and run once at
+first boot. Standard library only (Python 3.9 to 3.13): it runs on the image's own Python.
+
+1. Reads /etc/gpu-burst/node.json: the controller's address, the cloud, the tag that names the
+   node. Nothing secret is in it (user-data is readable by whoever may describe the instance).
+2. Asks this instance's own metadata service who it is (AWS IMDSv2 / the GCE metadata server)
+   and waits until the controller has named its node there: a per-instance tag (AWS, with
+   instance metadata tags on) or instance attribute (GCE). The controller names a node only for
+   an instance it bought, after setting that node's NodeAddr to this instance's private address,
+   so the name speaks for this one instance; the hostname proves nothing.
+3. Puts the munge key in place (the command in node.json prints it), never an empty one.
+4. Starts munged, then slurmd in configless mode as that node: `slurmd -N <node> --conf-server`.
+
+What it learnt is written to /run/gpu-burst/joined.json. Exit status 0 once slurmd was started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+CONFIG = "/etc/gpu-burst/node.json"
+METADATA = os.environ.get("GPU_BURST_METADATA", "http://169.254.169.254")
+MUNGE_KEY = "/etc/munge/munge.key"
+STATE = "/run/gpu-burst/joined.json"
+
+
+def log(msg: str) -> None:
+    print(f"gpu-burst-join: {msg}", file=sys.stderr, flush=True)
+
+
+def get(path: str, headers: dict[str, str], method: str = "GET") -> str | None:
+    """One metadata read; None for a 404 (not set yet)."""
+    req = urllib.request.Request(METADATA + path, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return str(resp.read().decode().strip())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+class Aws:
+    """IMDSv2: a session token first, then reads that carry it."""
+
+    def __init__(self) -> None:
+        token = get(
+            "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": "600"}, method="PUT"
+        )
+        self.headers = {"X-aws-ec2-metadata-token": token or ""}
+
+    def instance_id(self) -> str | None:
+        return get("/latest/meta-data/instance-id", self.headers)
+
+    def address(self) -> str | None:
+        return get("/latest/meta-data/local-ipv4", self.headers)
+
+    def node(self, key: str) -> str | None:
+        return get(f"/latest/meta-data/tags/instance/{key}", self.headers)
+
+
+class Gcp:
+    """The GCE metadata server: every read carries Metadata-Flavor: Google."""
+
+    def __init__(self) -> None:
+        self.headers = {"Metadata-Flavor": "Google"}
+
+    def instance_id(self) -> str | None:
+        return get("/computeMetadata/v1/instance/id", self.headers)
+
+    def address(self) -> str | None:
+        return get("/computeMetadata/v1/instance/network-interfaces/0/ip", self.headers)
+
+    def node(self, key: str) -> str | None:
+        return get(f"/computeMetadata/v1/instance/attributes/{key}", self.headers)
+
+
+def wait_for_node(meta: Aws | Gcp, key: str, deadline_s: float, poll_s: float) -> str:
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            node = meta.node(key)
+        except OSError as exc:  # the metadata service not answering yet
+            log(f"metadata: {exc}")
+            node = None
+        if node:
+            return node
+        if time.monotonic() >= end:
+            raise SystemExit(f"gpu-burst-join: no node named for this instance in {deadline_s} s")
+        time.sleep(poll_s)
+
+
+def install_munge_key(command: str) -> None:
+    if not command:  # the image holds the key
+        if not os.path.exists(MUNGE_KEY) or os.path.getsize(MUNGE_KEY) == 0:
+            raise SystemExit("gpu-burst-join: no munge key in the image and no command for one")
+        return
+    key = subprocess.run(["/bin/sh", "-c", command], capture_output=True, check=True).stdout
+    if len(key) < 32:
+        raise SystemExit(f"gpu-burst-join: the munge key command printed {len(key)} bytes")
+    tmp = MUNGE_KEY + ".new"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+    subprocess.run(["chown", "munge:munge", tmp], check=True)
+    os.replace(tmp, MUNGE_KEY)  # never a half-written or empty key in place
+
+
+def connect(cloud: str, deadline_s: float, poll_s: float) -> Aws | Gcp:
+    """The metadata service, once it answers (it may come up after this program starts)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            meta: Aws | Gcp = Aws() if cloud == "aws" else Gcp()
+            if meta.instance_id():
+                return meta
+        except OSError as exc:
+            log(f"metadata: {exc}")
+        if time.monotonic() >= end:
+            raise SystemExit(f"gpu-burst-join: no metadata service in {deadline_s} s")
+        time.sleep(poll_s)
+
+
+def main() -> int:
+    with open(CONFIG) as f:
+        cfg = json.load(f)
+    deadline, poll = float(cfg.get("join_deadline_s", 600)), float(cfg.get("poll_s", 2))
+    meta = connect(cfg["cloud"], deadline, poll)
+    instance_id = meta.instance_id()
+    node = wait_for_node(meta, cfg["node_key"], deadline, poll)
+    log(f"instance {instance_id} is slurm node {node}")
+    os.makedirs(os.path.dirname(STATE), exist_ok=True)
+    with open(STATE, "w") as f:
+        json.dump({"instance_id": instance_id, "node": node, "address": meta.address()}, f)
+    install_munge_key(cfg.get("munge_key_command", ""))
+    opts = f"--conf-server {cfg['conf_server']} -N {node}"
+    with open("/etc/default/slurmd", "w") as f:
+        f.write(f'SLURMD_OPTIONS="{opts}"\n')
+    subprocess.run(["systemctl", "enable", "--now", "munge"], check=True)
+    subprocess.run(["systemctl", "enable", "--now", "slurmd"], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
