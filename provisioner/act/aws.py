@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from tenacity import Retrying
 
 from provisioner.act.ports import (
+    NODE_KEY,
     TAG_CONTROLLER,
     TAG_SHAPE,
     ClockProbe,
@@ -491,6 +492,15 @@ class AwsCapacity(_AwsBase):
             HonorCooldown=False,
         )
 
+    def name_node(self, instance: OwnedInstance, node: str) -> None:
+        ec2 = self.clients.ec2(instance.region)
+        self._call(
+            ec2.create_tags,
+            instance.instance_id,
+            Resources=[instance.instance_id],
+            Tags=[{"Key": NODE_KEY, "Value": node}],
+        )
+
     def terminate(self, instance: OwnedInstance, token: str) -> None:
         asg = self.clients.autoscaling(instance.region)
         ec2 = self.clients.ec2(instance.region)
@@ -583,6 +593,8 @@ def _owned(inst: dict[str, Any], region: str) -> OwnedInstance:
         tags=tags,
         ended_ts=_ended_ts(str(inst.get("StateTransitionReason") or "")),
         stamp_error=problem,
+        private_ip=str(inst.get("PrivateIpAddress") or ""),
+        named_node=tags.get(NODE_KEY, ""),
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from tenacity import Retrying
 
 from provisioner.act.ports import (
+    NODE_KEY,
     TAG_CONTROLLER,
     ClockProbe,
     CloudState,
@@ -425,6 +426,32 @@ class GcpCapacity(_GcpBase):
         log.info("resize %s to %d (request %s)", spec.group_name, target, token)
         self._mutate(lambda: groups.resize_unary(req), str(spec.offer))
 
+    def name_node(self, instance: OwnedInstance, node: str) -> None:
+        """setMetadata with the fingerprint just read: a concurrent change makes GCE refuse
+        (412), and the next pass names it again."""
+        from google.cloud import compute_v1
+
+        project = self.clients.project
+        vms = self.clients.instances()
+        current = self._call(
+            lambda: vms.get(project=project, zone=instance.zone, instance=instance.instance_id)
+        )
+        items = [
+            compute_v1.Items(key=i.key, value=i.value)
+            for i in current.metadata.items
+            if i.key != NODE_KEY
+        ]
+        items.append(compute_v1.Items(key=NODE_KEY, value=node))
+        req = compute_v1.SetMetadataInstanceRequest(
+            project=project,
+            zone=instance.zone,
+            instance=instance.instance_id,
+            metadata_resource=compute_v1.Metadata(
+                fingerprint=current.metadata.fingerprint, items=items
+            ),
+        )
+        self._mutate(lambda: vms.set_metadata_unary(req), instance.instance_id)
+
     def terminate(self, instance: OwnedInstance, token: str) -> None:
         from google.cloud import compute_v1
 
@@ -515,4 +542,11 @@ def _owned(inst: Any, zone: str) -> OwnedInstance:
         group=group,
         tags=labels,
         stamp_error=problem if launched is None else "",
+        private_ip=_private_ip(inst),
+        named_node=meta.get(NODE_KEY, ""),
     )
+
+
+def _private_ip(inst: Any) -> str:
+    nics = list(getattr(inst, "network_interfaces", None) or [])
+    return str(getattr(nics[0], "network_i_p", "") or "") if nics else ""

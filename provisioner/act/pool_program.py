@@ -57,6 +57,7 @@ def aws_pool(spec: PoolSpec) -> dict[str, pulumi.CustomResource]:
             http_tokens="required",
             http_endpoint="enabled",
             http_put_response_hop_limit=2,
+            instance_metadata_tags="enabled",
         ),
         block_device_mappings=[
             aws.ec2.LaunchTemplateBlockDeviceMappingArgs(

@@ -73,6 +73,8 @@ def aws_launch_template_data(spec: PoolSpec) -> dict[str, Any]:
             "HttpTokens": "required",
             "HttpEndpoint": "enabled",
             "HttpPutResponseHopLimit": 2,
+            # the instance reads its own tags (the slurm-node it was bound to) from IMDS
+            "InstanceMetadataTags": "enabled",
         },
         "BlockDeviceMappings": [
             {

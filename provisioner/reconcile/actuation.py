@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+from provisioner.act.node_identity import NameNodeStep
 from provisioner.act.ports import OwnedInstance
 from provisioner.act.scale_up import ScaleUpResult, ScaleUpStep
 from provisioner.act.terminate import TerminateStep
@@ -56,6 +57,7 @@ class PassActuation:
         scale_ups: ScaleUpStep,
         terminations: TerminateStep,
         slurm: SlurmRegistrar,
+        names: NameNodeStep,
     ) -> None:
         self.ctx = ctx
         self.store = ctx.store
@@ -64,6 +66,7 @@ class PassActuation:
         self.scale_ups = scale_ups
         self.terminations = terminations
         self.slurm = slurm
+        self.names = names
 
     @property
     def backoff(self) -> Backoff:
@@ -94,6 +97,10 @@ class PassActuation:
         for b in sp.bind:
             self.store.set_node_name(b.instance_id, b.node)
             log.info("bound %s to slurm node %s", b.instance_id, b.node)
+        for n in sp.names:
+            err = self.names.name(n.instance, n.node)
+            if err:
+                report.errors.append(err)
         for m in sp.moves:
             try:
                 self.store.transition(m.instance_id, m.to, now, m.reason, cloud_ts=m.cloud_ts)

@@ -38,6 +38,7 @@ from typing import Any
 
 from provisioner.account.ledger import Accountant
 from provisioner.act.backoff_feed import BackoffSettings
+from provisioner.act.node_identity import NameNodeStep
 from provisioner.act.scale_up import ScaleUpStep
 from provisioner.act.terminate import TerminateStep
 from provisioner.clock import ClockMark, SteadyClock
@@ -176,7 +177,13 @@ class Reconciler:
         self.nodes = NodeSync(
             records=self.store, launcher=deps.launcher, power_queue=deps.power_queue
         )
-        self.actuation = PassActuation(self.ctx, self.scale_ups, self.terminations, self.slurm)
+        self.actuation = PassActuation(
+            self.ctx,
+            self.scale_ups,
+            self.terminations,
+            self.slurm,
+            NameNodeStep(clouds=deps.clouds, fence=self.store),
+        )
 
     @property
     def backoff(self) -> Backoff:

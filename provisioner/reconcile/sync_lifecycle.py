@@ -26,6 +26,8 @@ def handle_slurm_steps(
     node_name = inst.node_name
     if state in (S.REQUESTED, S.ALLOCATED) and not node_name:
         node_name = out.take_free_node(inst)
+    if state in (S.ALLOCATED, S.JOINING) and node_name:
+        out.name_node(view, inst, node_name)
     if state is S.ALLOCATED and node_name:
         out.moves.append(Move(inst.instance_id, S.JOINING, f"slurm powering up {node_name}"))
         return

@@ -37,6 +37,15 @@ class Bind:
 
 
 @dataclass(frozen=True, slots=True)
+class NameNode:
+    """Name an instance's node on the instance (the tag or attribute its join program waits
+    for): the instance is bound to `node`, listed, and not yet named so."""
+
+    instance: OwnedInstance
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
 class Move:
     instance_id: str
     to: InstanceState
@@ -69,6 +78,7 @@ class NodeFix:
 class SyncPlan:
     adopt: tuple[Adopt, ...] = ()
     bind: tuple[Bind, ...] = ()
+    names: tuple[NameNode, ...] = ()
     moves: tuple[Move, ...] = ()
     kills: tuple[Kill, ...] = ()
     nodes: tuple[NodeFix, ...] = ()
@@ -79,7 +89,13 @@ class SyncPlan:
     @property
     def empty(self) -> bool:
         return not (
-            self.adopt or self.bind or self.moves or self.kills or self.nodes or self.orphans
+            self.adopt
+            or self.bind
+            or self.names
+            or self.moves
+            or self.kills
+            or self.nodes
+            or self.orphans
         )
 
 

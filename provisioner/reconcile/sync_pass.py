@@ -19,6 +19,7 @@ from provisioner.reconcile.sync_model import (
     Bind,
     Kill,
     Move,
+    NameNode,
     NodeFix,
     SyncInput,
     SyncPlan,
@@ -123,6 +124,7 @@ class SyncPlanBuilder:
     moves: list[Move] = field(default_factory=list)
     kills: dict[str, Kill] = field(default_factory=dict)  # one per instance, the first wins
     binds: list[Bind] = field(default_factory=list)
+    names: list[NameNode] = field(default_factory=list)
     fixes: dict[str, NodeFix] = field(default_factory=dict)  # node name -> its fix
     orphans: list[CloudInstance] = field(default_factory=list)
 
@@ -153,6 +155,13 @@ class SyncPlanBuilder:
     def fail_node(self, name: str, reason: str) -> None:
         self.fixes[name] = NodeFix(name, "fail", reason)
 
+    def name_node(self, view: SyncView, inst: CloudInstance, node: str) -> None:
+        """The instance learns which node it is from the cloud (its own metadata): named once
+        it is listed with its address, and again if the cloud shows another name."""
+        o = view.owned.get(inst.instance_id)
+        if o is not None and o.private_ip and o.named_node != node:
+            self.names.append(NameNode(o, node))
+
     def take_free_node(self, inst: CloudInstance) -> str:
         """Bind `inst` to its pool's first free node: that node's name, or "" if none."""
         queue = self.free_nodes.get(inst.pool)
@@ -166,6 +175,7 @@ class SyncPlanBuilder:
         return SyncPlan(
             adopt=self.adopt,
             bind=tuple(self.binds),
+            names=tuple(self.names),
             moves=tuple(self.moves),
             kills=tuple(self.kills.values()),
             nodes=tuple(self.fixes.values()),

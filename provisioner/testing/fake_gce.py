@@ -298,6 +298,9 @@ class FakeGCE:
         m = re.fullmatch(_P + r"/aggregated/instances", path)
         if m and method == "GET":
             return self._aggregated(q)
+        m = re.fullmatch(_P + r"/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)/setMetadata", path)
+        if m and method == "POST":
+            return self._set_metadata(m["project"], m["zone"], m["name"], body, fault)
         m = re.fullmatch(_P + r"/zones/(?P<zone>[^/]+)/instances(?:/(?P<name>[^/]+))?", path)
         if m:
             return self._instances(method, m["project"], m["zone"], m["name"], q, body, fault)
@@ -369,11 +372,36 @@ class FakeGCE:
             ]
             items.append({"key": "created-by", "value": created_by})
             inst["metadata"] = {"items": items}
+        inst.setdefault("metadata", {})["fingerprint"] = f"fp{inst['id']}"
+        # The primary address GCE gives on the subnet (simplified: the next of a counter).
+        nics = [dict(n) for n in inst.get("networkInterfaces") or [{"network": "default"}]]
+        n = int(inst["id"])
+        nics[0]["networkIP"] = f"10.128.{n // 250 % 250}.{n % 250 + 2}"
+        inst["networkInterfaces"] = nics
         self.instances[(zone, name)] = inst
         self.vms[name] = VmRecord(
             name, zone, _last(mt), dict(inst.get("labels", {})), self.clock().timestamp()
         )
         return inst
+
+    def _set_metadata(
+        self, project: str, zone: str, name: str, body: Any, fault: GceFault | None
+    ) -> _Result:
+        """instances.setMetadata: the whole metadata replaced, refused (412 conditionNotMet)
+        unless the fingerprint sent is the current one, as GCE documents
+        (https://cloud.google.com/compute/docs/reference/rest/v1/instances/setMetadata)."""
+        inst = self.instances.get((zone, name))
+        if inst is None:
+            return self._not_found(f"zones/{zone}/instances/{name}")
+        meta = inst.setdefault("metadata", {})
+        current = str(meta.get("fingerprint", ""))
+        if str(body.get("fingerprint", "")) != current:
+            return self._err(412, "Supplied fingerprint does not match current", "conditionNotMet")
+        if fault is None:
+            meta["items"] = list(body.get("items", []))
+            meta["fingerprint"] = f"fp{next(self._ids)}"
+        link = f"{self._base(project)}/zones/{zone}/instances/{name}"
+        return _Result(200, self._op(project, f"zones/{zone}", link, "setMetadata", fault))
 
     def _drop(self, zone: str, name: str) -> None:
         """The VM is gone (deleted, or shrunk out of its group)."""

@@ -29,9 +29,11 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from provisioner.domain.errors import ProvisionerError
 
 PREFIX = "gbt"
 SUBNET = "10.77.0"  # 10.77.0.0/24, owned by the tests, never routed
@@ -42,7 +44,7 @@ FIRST_HOST_OCTET = 4  # .0-.3 are reserved (as AWS reserves them in a subnet)
 _STOP_TIMEOUT_S = 30.0
 
 
-class HostError(RuntimeError):
+class HostError(ProvisionerError):
     """A test host could not be made, booted or removed as asked."""
 
 
@@ -114,7 +116,9 @@ class TestHost:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, spec: HostSpec, root: Path, workdir: Path) -> None:
+    def __init__(
+        self, spec: HostSpec, root: Path, workdir: Path, sidecar: Sequence[str] = ()
+    ) -> None:
         if not FIRST_HOST_OCTET <= spec.octet <= 250:
             raise HostError(f"host octet {spec.octet} is outside {FIRST_HOST_OCTET}..250")
         self.spec = spec
@@ -124,6 +128,9 @@ class TestHost:
         self.console = self.dir / "console.log"
         self.netns = spec.machine
         self.proc: subprocess.Popen[bytes] | None = None
+        # A program run in the host's namespace (not inside the host): its metadata stand-in.
+        self.sidecar = tuple(sidecar)
+        self.sidecar_proc: subprocess.Popen[bytes] | None = None
 
     # ------------------------------------------------------------------ life
 
@@ -137,6 +144,15 @@ class TestHost:
         (seed / "user-data").write_text(self.spec.user_data)
         try:
             self._namespace_up()
+            if self.sidecar:
+                with (self.dir / "sidecar.log").open("wb") as log:
+                    self.sidecar_proc = subprocess.Popen(
+                        ["ip", "netns", "exec", self.netns, *self.sidecar],
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
         except HostError:
             self.stop()  # what was made of the namespace so far
             raise
@@ -181,6 +197,10 @@ class TestHost:
 
     def stop(self) -> None:
         """Halt the host cleanly (SIGTERM to nspawn), then remove its namespace and veth."""
+        side, self.sidecar_proc = self.sidecar_proc, None
+        if side is not None and side.poll() is None:
+            os.killpg(side.pid, signal.SIGKILL)
+            side.wait(timeout=10)
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -210,6 +230,19 @@ class TestHost:
             time.sleep(0.1)
         raise HostError(f"{self.spec.machine}: no {name} after {deadline_s:.0f} s: {self.tail()}")
 
+    def wait_inside(self, path: str, deadline_s: float = 60.0) -> str:
+        """The text of `path` inside the host once it is there (polled: a real boot)."""
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if not self.running:
+                raise HostError(f"{self.spec.machine} stopped before {path}: {self.tail()}")
+            with contextlib.suppress(HostError, OSError, ValueError):
+                out = self.exec("cat", path, timeout=10)
+                if out.returncode == 0 and out.stdout:
+                    return out.stdout
+            time.sleep(0.2)
+        raise HostError(f"{self.spec.machine}: no {path} after {deadline_s:.0f} s: {self.tail()}")
+
     def tail(self, lines: int = 15) -> str:
         text = self.console.read_text(errors="replace") if self.console.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
@@ -234,16 +267,20 @@ class TestHost:
 
 @contextlib.contextmanager
 def hosts(
-    specs: Sequence[HostSpec], root: Path, workdir: Path | None = None
+    specs: Sequence[HostSpec],
+    root: Path,
+    workdir: Path | None = None,
+    sidecar: Callable[[HostSpec], Sequence[str]] | None = None,
 ) -> Iterator[list[TestHost]]:
     """Boot every host of `specs` (in that order) and remove them all afterwards, whatever
-    happened in between."""
+    happened in between. `sidecar(spec)`: a program to run in each host's namespace first."""
     network_up()
     tmp = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-")) if workdir is None else workdir
     booted: list[TestHost] = []
     try:
         for spec in specs:
-            booted.append(TestHost(spec, root, tmp).boot())
+            side = sidecar(spec) if sidecar is not None else ()
+            booted.append(TestHost(spec, root, tmp, side).boot())
         yield booted
     finally:
         for h in booted:
@@ -252,8 +289,9 @@ def hosts(
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def clean_leftovers() -> list[str]:
-    """Remove every nspawn process, namespace and link a test run left (by `PREFIX`)."""
+def clean_leftovers(*, network: bool = True) -> list[str]:
+    """Remove every nspawn process, namespace and link a test run left (by `PREFIX`); the
+    bridge too unless `network` is False."""
     removed: list[str] = []
     ps = _run("ps", "-eo", "pid=,args=", check=False).stdout
     for line in ps.splitlines():
@@ -270,7 +308,7 @@ def clean_leftovers() -> list[str]:
     for line in _run("ip", "-o", "link", "show", check=False).stdout.splitlines():
         parts = line.split(":")
         name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
-        if name.startswith(PREFIX):
+        if name.startswith(PREFIX) and (network or name != BRIDGE):
             _run("ip", "link", "del", name, check=False)
             removed.append(f"link {name}")
     return removed

@@ -62,6 +62,8 @@ class CloudEnv:
     desired: Callable[[PoolSpec], int | None]  # the cloud's own group size (None: no group)
     inject: Callable[[PoolSpec, str, int], None]  # (spec, error kind, times) on resize
     limit: Callable[[PoolSpec, int], None]  # the offer's region can launch only n more
+    # The cloud's own record of an instance: (the node named on it, its private address).
+    identity: Callable[[str], tuple[str, str]]
 
 
 def _spec(cloud: str, **kw: Any) -> PoolSpec:
@@ -117,6 +119,7 @@ def fake_env() -> CloudEnv:
         desired,
         inject,
         lambda spec, n: world.set_capacity(spec.region, spec.instance_type, n),
+        lambda iid: (world.instances[iid].node, world.instances[iid].private_ip),
     )
 
 
@@ -158,6 +161,12 @@ def aws_env(server: Any, monkeypatch: pytest.MonkeyPatch) -> CloudEnv:
             "SetDesiredCapacity", code, service="autoscaling", status=status, times=times
         )
 
+    def identity(iid: str) -> tuple[str, str]:
+        (res,) = ec2.describe_instances(InstanceIds=[iid])["Reservations"]
+        (inst,) = res["Instances"]
+        tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+        return tags.get("slurm-node", ""), str(inst.get("PrivateIpAddress", ""))
+
     retrying = fast_retrying()
     return CloudEnv(
         "aws",
@@ -168,6 +177,7 @@ def aws_env(server: Any, monkeypatch: pytest.MonkeyPatch) -> CloudEnv:
         desired,
         inject,
         lambda spec, n: server.set_capacity(spec.region, spec.instance_type, n),
+        identity,
     )
 
 
@@ -198,6 +208,11 @@ def gcp_env(fake: Any) -> CloudEnv:
             method="POST", path_contains=path, http_status=status, reason=reason, times=times
         )
 
+    def identity(name: str) -> tuple[str, str]:
+        (inst,) = [v for (_, n), v in fake.instances.items() if n == name]
+        items = {i["key"]: i["value"] for i in inst.get("metadata", {}).get("items", [])}
+        return items.get("slurm-node", ""), str(inst["networkInterfaces"][0]["networkIP"])
+
     retrying = fast_retrying()
     return CloudEnv(
         "gcp",
@@ -208,4 +223,5 @@ def gcp_env(fake: Any) -> CloudEnv:
         desired,
         inject,
         lambda spec, n: fake.set_capacity(spec.region, spec.instance_type, n),
+        identity,
     )

@@ -27,7 +27,7 @@ from provisioner.act.ports import (
     check_target,
 )
 from provisioner.act.retry import cloud_retrying
-from provisioner.domain.errors import CapacityError, CloudError
+from provisioner.domain.errors import CapacityError, CloudError, NotFoundError
 
 T = TypeVar("T")
 
@@ -41,6 +41,8 @@ class FakeInstance:
     group: str
     tags: dict[str, str]
     launched_ts: float
+    private_ip: str = ""
+    node: str = ""  # the Slurm node named on it (its metadata shows it to it alone)
 
 
 @dataclass
@@ -108,6 +110,7 @@ class InMemoryCloud:
                 group=spec.group_name,
                 tags=dict(spec.tags),
                 launched_ts=1_800_000_000.0 + n,
+                private_ip=f"10.1.{n // 250}.{n % 250 + 4}",
             )
             group.members.append(f"fake-{n:06d}")
         group.failure = None
@@ -155,6 +158,8 @@ class _Capacity:
                     launched_ts=i.launched_ts,
                     group=i.group,
                     tags=dict(i.tags),
+                    private_ip=i.private_ip,
+                    named_node=i.node,
                 )
                 for i in self.w.instances.values()
                 if i.tags.get(TAG_CONTROLLER) == controller
@@ -185,6 +190,15 @@ class _Capacity:
             self.w._tokens.add(token)
 
         self.w.call("resize", do)
+
+    def name_node(self, instance: OwnedInstance, node: str) -> None:
+        def do() -> None:
+            inst = self.w.instances.get(instance.instance_id)
+            if inst is None:
+                raise NotFoundError(f"fake: no instance {instance.instance_id}", code="NotFound")
+            inst.node = node
+
+        self.w.call("name_node", do)
 
     def terminate(self, instance: OwnedInstance, token: str) -> None:
         def do() -> None:

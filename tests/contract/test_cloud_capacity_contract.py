@@ -153,3 +153,21 @@ def test_a_stockout_leaves_a_shortfall_reported_as_a_capacity_error(cloud: Cloud
     assert (status.desired, status.launched, status.shortfall) == (3, 1, 2)
     assert isinstance(status.failure, CapacityError)
     assert status.failure.backoff_offer
+
+
+def test_each_instance_lists_its_own_address_and_is_named_its_own_node(cloud: CloudEnv) -> None:
+    spec = cloud.make_spec()
+    cloud.driver.ensure(spec)
+    cloud.capacity.resize(spec, 2, request_token("up", 2))
+    owned = alive(cloud, spec.controller)
+    a, b = sorted(owned)
+    # The address the listing gives is the one the cloud holds for that instance.
+    assert {iid: o.private_ip for iid, o in owned.items()} == {
+        iid: cloud.identity(iid)[1] for iid in owned
+    }
+    assert owned[a].private_ip and owned[a].private_ip != owned[b].private_ip
+    cloud.capacity.name_node(owned[a], "gpu-contract-2")
+    cloud.capacity.name_node(owned[b], "gpu-contract-1")
+    assert cloud.identity(a)[0] == "gpu-contract-2" and cloud.identity(b)[0] == "gpu-contract-1"
+    cloud.capacity.name_node(owned[a], "gpu-contract-3")  # named again: the new name holds
+    assert cloud.identity(a)[0] == "gpu-contract-3" and cloud.identity(b)[0] == "gpu-contract-1"

@@ -135,8 +135,9 @@ def test_clean_leftovers_removes_what_a_killed_run_left(test_network: str) -> No
     subprocess.run(
         ["ip", "link", "add", "gbtv99", "type", "veth", "peer", "name", "gbtp99"], check=True
     )
-    removed = hosts.clean_leftovers()
+    removed = hosts.clean_leftovers(network=False)
     assert "netns gbt-h99" in removed and "link gbtv99" in removed
+    assert f"link {hosts.BRIDGE}" not in removed  # the session's network stays
     assert "gbt-h99" not in _netns()
     assert socket.if_nameindex()  # the machine's own links are untouched
     names = {name for _, name in socket.if_nameindex()}

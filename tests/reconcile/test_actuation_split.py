@@ -93,6 +93,9 @@ class FakeCapacity:
             raise err
         self.desired[spec.group_name] = target
 
+    def name_node(self, instance: OwnedInstance, node: str) -> None:
+        self.calls.append(f"name:{instance.instance_id}:{node}")
+
     def terminate(self, instance: OwnedInstance, token: str) -> None:
         self.calls.append(f"terminate:{instance.instance_id}")
         if self.fail_terminate is not None:

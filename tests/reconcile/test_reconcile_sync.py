@@ -26,6 +26,8 @@ def owned(
     launched: float = NOW - 30,
     controller: str = CTL,
     group: str = GROUP,
+    ip: str = "",
+    named: str = "",
 ) -> OwnedInstance:
     return OwnedInstance(
         iid,
@@ -37,6 +39,8 @@ def owned(
         launched,
         group=group,
         tags={"controller": controller, "decision": "d-1"},
+        private_ip=ip,
+        named_node=named,
     )
 
 
@@ -213,6 +217,35 @@ def test_binds_to_the_node_slurm_powers_up_then_joins_and_readies():
         [node("burst-2", NodeState.ALLOCATED, 8)],
     )
     assert [(m.to, m.reason) for m in p.moves] == [(S.READY, "burst-2 registered with slurm")]
+
+
+def test_each_bound_instance_is_named_its_own_node_whatever_its_launch_order():
+    # Two instances of one scale-up, the later-launched listed first: each is named the node
+    # the store bound it to, by its instance id, once the cloud lists its address.
+    nodes = [node("burst-1", NodeState.POWERING_UP), node("burst-2", NodeState.POWERING_UP)]
+    p = sync(
+        [record("i-1", S.ALLOCATED), record("i-2", S.ALLOCATED)],
+        [owned("i-2", launched=NOW - 10, ip="10.0.0.12"), owned("i-1", ip="10.0.0.11")],
+        nodes,
+    )
+    bound = {b.instance_id: b.node for b in p.bind}
+    named = {n.instance.instance_id: (n.node, n.instance.private_ip) for n in p.names}
+    assert named == {iid: (bound[iid], f"10.0.0.1{iid[-1]}") for iid in ("i-1", "i-2")}
+    assert len(set(bound.values())) == 2
+    # Named already (the listing shows it): nothing to do; no address yet: not named yet.
+    p = sync(
+        [record("i-1", S.JOINING, node="burst-1"), record("i-2", S.JOINING, node="burst-2")],
+        [owned("i-1", ip="10.0.0.11", named="burst-1"), owned("i-2")],
+        nodes,
+    )
+    assert p.names == ()
+    # Named otherwise on the cloud (someone retagged it): named again as the store binds it.
+    p = sync(
+        [record("i-1", S.JOINING, node="burst-1")],
+        [owned("i-1", ip="10.0.0.11", named="burst-2")],
+        nodes,
+    )
+    assert [(n.instance.instance_id, n.node) for n in p.names] == [("i-1", "burst-1")]
 
 
 def test_join_failures_terminate_and_fail_the_node():

@@ -1,0 +1,126 @@
+"""An EC2 instance metadata service (IMDSv2) stand-in for one test host, answering from moto.
+
+Run inside the host's own network namespace, bound to 169.254.169.254:80 there
+(`provisioner.testing.hosts`), so the host reaches it at the address a VM uses and this machine
+never holds that address. Each answer is read from moto's record of this one instance
+(DescribeInstances by id, over HTTP on the tests' /24), so what the VM learns is what the cloud
+holds: its id, its private address and its tags (the controller's `slurm-node` among them).
+
+As AWS documents it (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+configuring-instance-metadata-service.html, .../work-with-tags-in-IMDS.html):
+- IMDSv2 only: `PUT /latest/api/token` with `X-aws-ec2-metadata-token-ttl-seconds` gives a
+  session token; a read without a valid token is 401 (the launch template sets HttpTokens
+  required);
+- `/latest/meta-data/tags/instance/<key>` is 404 until the tag exists, and only when the
+  instance has instance metadata tags on (its launch template's InstanceMetadataTags);
+- a missing path is 404.
+Simplified: only the paths the node bootstrap reads; tokens never expire; no IMDSv1 fallback,
+no hop limit (there is no container in between). moto does not copy a launch template's
+MetadataOptions onto the instances an auto scaling group launches (AWS does), so the options
+are read from the instance's group's launch template, as AWS would have applied them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import secrets
+from typing import Any
+
+TOKEN_TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
+TOKEN_HEADER = "X-aws-ec2-metadata-token"
+
+
+class Imds:
+    def __init__(self, ec2: Any, autoscaling: Any, instance_id: str) -> None:
+        self.ec2 = ec2
+        self.autoscaling = autoscaling
+        self.instance_id = instance_id
+        self.tokens: set[str] = set()
+
+    def tags_enabled(self, inst: dict[str, Any]) -> bool:
+        if inst.get("MetadataOptions", {}).get("InstanceMetadataTags") == "enabled":
+            return True
+        found = self.autoscaling.describe_auto_scaling_instances(InstanceIds=[self.instance_id])
+        members = found["AutoScalingInstances"]
+        template = members[0].get("LaunchTemplate") if members else None
+        if not template:
+            return False
+        versions = self.ec2.describe_launch_template_versions(
+            LaunchTemplateId=template["LaunchTemplateId"], Versions=["$Default"]
+        )["LaunchTemplateVersions"]
+        data = versions[0]["LaunchTemplateData"] if versions else {}
+        return bool(data.get("MetadataOptions", {}).get("InstanceMetadataTags") == "enabled")
+
+    def _instance(self) -> dict[str, Any]:
+        res = self.ec2.describe_instances(InstanceIds=[self.instance_id])["Reservations"]
+        inst: dict[str, Any] = res[0]["Instances"][0]
+        return inst
+
+    def answer(self, path: str) -> str | None:
+        inst = self._instance()
+        if path == "/latest/meta-data/instance-id":
+            return self.instance_id
+        if path == "/latest/meta-data/local-ipv4":
+            return str(inst.get("PrivateIpAddress", ""))
+        if path.startswith("/latest/meta-data/tags/instance/"):
+            tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+            value = tags.get(path.rsplit("/", 1)[1]) if self.tags_enabled(inst) else None
+            return str(value) if value is not None else None
+        return None
+
+
+def handler_for(imds: Imds) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _send(self, status: int, body: str = "") -> None:
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_PUT(self) -> None:
+            if self.path != "/latest/api/token" or not self.headers.get(TOKEN_TTL_HEADER):
+                self._send(400, "Bad Request")
+                return
+            token = secrets.token_urlsafe(24)
+            imds.tokens.add(token)
+            self._send(200, token)
+
+        def do_GET(self) -> None:
+            if self.headers.get(TOKEN_HEADER) not in imds.tokens:
+                self._send(401, "Unauthorized")
+                return
+            value = imds.answer(self.path)
+            if value is None:
+                self._send(404, "Not Found")
+            else:
+                self._send(200, value)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    import boto3
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--instance", required=True)
+    ap.add_argument("--endpoint", required=True, help="moto's server URL on the tests' /24")
+    ap.add_argument("--region", default="us-east-1")
+    ap.add_argument("--bind", default="169.254.169.254")
+    ap.add_argument("--port", type=int, default=80)
+    args = ap.parse_args(argv)
+    ec2 = boto3.client("ec2", region_name=args.region, endpoint_url=args.endpoint)
+    asg = boto3.client("autoscaling", region_name=args.region, endpoint_url=args.endpoint)
+    server = http.server.ThreadingHTTPServer(
+        (args.bind, args.port), handler_for(Imds(ec2, asg, args.instance))
+    )
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
