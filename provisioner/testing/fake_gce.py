@@ -101,8 +101,14 @@ class FakeGCE:
         zones_per_region: int = 3,
         *,
         clock: Callable[[], datetime] = _wall,
+        host: str = "127.0.0.1",
+        subnet: str = "",
     ) -> None:
         self.clock = clock  # creation and deletion times (a soak points it at its world)
+        # VMs' primary addresses: SUBNET.4 and up in this /24 prefix ("10.77.0") when set,
+        # else 10.128.x.y from the VM's id.
+        self.subnet = subnet
+        self._addresses = itertools.count(4)
         self.vms: dict[str, VmRecord] = {}  # every VM ever created, deleted ones included
         self.requests: list[Json] = []
         self.instances: dict[tuple[str, str], Json] = {}  # (zone, name)
@@ -143,8 +149,8 @@ class FakeGCE:
 
             do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _do
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
+        self.endpoint = f"http://{host}:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -376,7 +382,10 @@ class FakeGCE:
         # The primary address GCE gives on the subnet (simplified: the next of a counter).
         nics = [dict(n) for n in inst.get("networkInterfaces") or [{"network": "default"}]]
         n = int(inst["id"])
-        nics[0]["networkIP"] = f"10.128.{n // 250 % 250}.{n % 250 + 2}"
+        if self.subnet:
+            nics[0]["networkIP"] = f"{self.subnet}.{next(self._addresses)}"
+        else:
+            nics[0]["networkIP"] = f"10.128.{n // 250 % 250}.{n % 250 + 2}"
         inst["networkInterfaces"] = nics
         self.instances[(zone, name)] = inst
         self.vms[name] = VmRecord(
