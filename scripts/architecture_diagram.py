@@ -32,6 +32,7 @@ PATH: dict[str, str] = {
     "provisioner.reconcile.actuation": "PassActuation: each action to its step",
     "provisioner.act.scale_up": "ScaleUpStep: offer, fallbacks, back-off",
     "provisioner.act.terminate": "TerminateStep",
+    "provisioner.act.node_identity": "NameNodeStep: the node named on the instance",
     "provisioner.act.ports": "CloudCapacity, PoolDriver",
     "provisioner.act.aws": "AWS adapter (boto3)",
     "provisioner.act.gcp": "GCP adapter (google-cloud-compute)",
