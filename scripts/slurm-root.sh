@@ -16,6 +16,8 @@ PACKAGES=slurmctld,slurmd,slurm-client,munge,slurmrestd,slurm-wlm-jwt-plugin
 STAMP_TEXT="suite=$SUITE variant=minbase include=$PACKAGES"
 INSTALL=${INSTALL:-1}
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+# shellcheck source=debian-root-lib.sh
+. "$(dirname "$0")/debian-root-lib.sh"
 log() { printf '[slurm-root] %s\n' "$*"; }
 die() { log "ERROR: $*"; exit 1; }
 
@@ -26,7 +28,6 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_TEXT" ] && { [ -L "$ROOT/usr
   exit 0   # built and unchanged: reuse
 fi
 
-mounted_below() { awk -v r="$1" '$2 == r || index($2, r "/") == 1 {print $2}' /proc/mounts; }
 [ -z "$(mounted_below "$ROOT")" ] \
   || die "$ROOT has mounts ($(mounted_below "$ROOT" | tr '\n' ' ')); run make slurm-down first"
 
@@ -39,17 +40,6 @@ if ! command -v debootstrap >/dev/null; then
     || die "apt-get install debootstrap failed"
 fi
 
-mirror() { # the Debian mirror apt already uses (deb822 sources or one-line sources.list)
-  local f
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] || continue
-    awk '/^URIs:/ {print $2}' "$f"
-  done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -f "$f" ] || continue
-    awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) {print $i; break}}' "$f"
-  done
-}
 MIRROR=${DEBIAN_MIRROR:-$(mirror | grep -v -- '-security' | head -1)}
 [ -n "$MIRROR" ] || die "no Debian mirror in apt's sources; set DEBIAN_MIRROR"
 
