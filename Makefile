@@ -84,11 +84,13 @@ test: venv focus-venv browser-deps slurm-up pg-up test-host-roots
 	env REQUIRE_FOCUS_VALIDATOR=1 REQUIRE_POSTGRES=1 REQUIRE_TEST_HOSTS=1 \
 	    PROVISIONER_TEST_DATABASE_URL=$(PG_URL) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# Burst instances booted as hosts of their own (tests/hosts): a Debian 12 root (Slurm 22.05)
-# that systemd-nspawn boots, with cloud-init, munge and slurmd. Built once (~80 s), then reused.
+# Burst instances booted as hosts of their own (tests/hosts): Debian 12 (Slurm 22.05, Python
+# 3.11) and Debian 13 (Slurm 24.11, Python 3.13) roots that systemd-nspawn boots, with
+# cloud-init, munge and slurmd. Each built once (~70 s), then reused.
 TEST_HOST_ROOTS ?= $(CURDIR)/.slurm-roots
 test-host-roots:
 	bash scripts/test-host-root.sh "$(TEST_HOST_ROOTS)/host-bookworm" bookworm
+	bash scripts/test-host-root.sh "$(TEST_HOST_ROOTS)/host-trixie" trixie
 
 # Removes every test host, namespace and link a killed test run left (names start with gbt).
 test-hosts-clean: venv

@@ -43,6 +43,15 @@ def host_root(suite: str) -> Path:
     return ROOTS[suite]
 
 
+SUITES = ("bookworm", "trixie")  # Debian 12 (Slurm 22.05, Python 3.11), 13 (24.11, 3.13)
+
+
+@pytest.fixture(params=SUITES)
+def suite(request: pytest.FixtureRequest) -> str:
+    """Each test host test runs on both roots: the Slurm versions burst VMs may run."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="session")
 def test_network() -> Iterator[str]:
     """The tests' /24, up for the session; every host, namespace and link removed after."""

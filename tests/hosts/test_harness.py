@@ -83,11 +83,11 @@ def _netns() -> set[str]:
 
 
 def test_two_hosts_boot_from_their_own_seeds_and_leave_nothing(
-    test_network: str, test_net_server: int, loopback_server: int, tmp_path: Path
+    test_network: str, test_net_server: int, loopback_server: int, tmp_path: Path, suite: str
 ) -> None:
     import json
 
-    root = host_root("bookworm")
+    root = host_root(suite)
     user_data = REPORT.format(net=test_network, port=test_net_server, loopback_port=loopback_server)
     specs = [
         hosts.HostSpec("i-0a1b2c3d4e5f60001", "burst-gpu-1", 21, user_data),

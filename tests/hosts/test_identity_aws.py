@@ -67,9 +67,9 @@ def _spec(subnet: str, user_data: str = "") -> PoolSpec:
 
 
 def test_two_vms_booted_in_either_order_each_learn_the_node_named_for_them(
-    moto_on_test_net: str, tmp_path: Path
+    moto_on_test_net: str, tmp_path: Path, suite: str
 ) -> None:
-    root = host_root("bookworm")
+    root = host_root(suite)
     clients = AwsClients(moto_on_test_net)
     ec2 = clients.ec2(REGION)
     vpc = ec2.create_vpc(CidrBlock=f"{hosts.SUBNET}.0/24")["Vpc"]["VpcId"]

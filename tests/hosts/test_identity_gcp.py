@@ -60,13 +60,13 @@ def _spec(user_data: str = "") -> PoolSpec:
 
 
 def test_two_gce_vms_booted_in_either_order_each_learn_the_node_named_for_them(
-    gce_on_test_net: FakeGCE, tmp_path: Path
+    gce_on_test_net: FakeGCE, tmp_path: Path, suite: str
 ) -> None:
     from google.auth.credentials import AnonymousCredentials
 
     from provisioner.act.gcp import GcpCapacity, GcpClients, GcpPoolDriver
 
-    root = host_root("bookworm")
+    root = host_root(suite)
     fake = gce_on_test_net
     clients = GcpClients(PROJECT, fake.endpoint, credentials=AnonymousCredentials())
     boot = NodeBootstrap(controller_host=hosts.HOST_ADDRESS, join_deadline_s=120)
