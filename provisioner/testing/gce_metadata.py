@@ -22,6 +22,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from provisioner.testing.metadata_server import METADATA_ADDRESS, TextHandler, serve
+
 PREFIX = "/computeMetadata/v1/instance/"
 
 
@@ -56,28 +58,15 @@ class GceMetadata:
 
 
 def handler_for(meta: GceMetadata) -> type[http.server.BaseHTTPRequestHandler]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def _send(self, status: int, body: str = "") -> None:
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Metadata-Flavor", "Google")
-            self.send_header("Content-Type", "application/text")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    class Handler(TextHandler):
+        content_type = "application/text"  # as GCE's metadata server answers
+        extra_headers = {"Metadata-Flavor": "Google"}  # noqa: RUF012 (a constant)
 
         def do_GET(self) -> None:
             if self.headers.get("Metadata-Flavor") != "Google":
-                self._send(403, "Missing Metadata-Flavor:Google header.")
+                self.send_text(403, "Missing Metadata-Flavor:Google header.")
                 return
-            value = meta.answer(self.path)
-            if value is None:
-                self._send(404, "Not Found")
-            else:
-                self._send(200, value)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+            self.send_value(meta.answer(self.path))
 
     return Handler
 
@@ -88,11 +77,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--project", required=True)
     ap.add_argument("--zone", required=True)
     ap.add_argument("--instance", required=True, help="the instance's name")
-    ap.add_argument("--bind", default="169.254.169.254")
+    ap.add_argument("--bind", default=METADATA_ADDRESS)
     ap.add_argument("--port", type=int, default=80)
     args = ap.parse_args(argv)
     meta = GceMetadata(args.endpoint, args.project, args.zone, args.instance)
-    http.server.ThreadingHTTPServer((args.bind, args.port), handler_for(meta)).serve_forever()
+    serve(handler_for(meta), args.bind, args.port)
 
 
 if __name__ == "__main__":

@@ -221,27 +221,35 @@ class TestHost:
     def wait_for(self, name: str, deadline_s: float = 60.0) -> str:
         """The text of `out/name` once the host has written it (polled: a real boot)."""
         path = self.out / name
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            if path.exists() and path.stat().st_size > 0:
-                return path.read_text()
-            if not self.running:
-                raise HostError(f"{self.spec.machine} stopped before writing {name}: {self.tail()}")
-            time.sleep(0.1)
-        raise HostError(f"{self.spec.machine}: no {name} after {deadline_s:.0f} s: {self.tail()}")
+
+        def read() -> str:
+            return path.read_text() if path.exists() else ""
+
+        return self._poll(name, read, deadline_s, 0.1)
 
     def wait_inside(self, path: str, deadline_s: float = 60.0) -> str:
         """The text of `path` inside the host once it is there (polled: a real boot)."""
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            if not self.running:
-                raise HostError(f"{self.spec.machine} stopped before {path}: {self.tail()}")
+
+        def read() -> str:
             with contextlib.suppress(HostError, OSError, ValueError):
                 out = self.exec("cat", path, timeout=10)
-                if out.returncode == 0 and out.stdout:
+                if out.returncode == 0:
                     return out.stdout
-            time.sleep(0.2)
-        raise HostError(f"{self.spec.machine}: no {path} after {deadline_s:.0f} s: {self.tail()}")
+            return ""
+
+        return self._poll(path, read, deadline_s, 0.2)
+
+    def _poll(self, what: str, read: Callable[[], str], deadline_s: float, every_s: float) -> str:
+        """`read()` until it gives text, while the host runs, for at most `deadline_s`."""
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            text = read()
+            if text:
+                return text
+            if not self.running:
+                raise HostError(f"{self.spec.machine} stopped before {what}: {self.tail()}")
+            time.sleep(every_s)
+        raise HostError(f"{self.spec.machine}: no {what} after {deadline_s:.0f} s: {self.tail()}")
 
     def tail(self, lines: int = 15) -> str:
         text = self.console.read_text(errors="replace") if self.console.exists() else ""

@@ -27,6 +27,8 @@ import http.server
 import secrets
 from typing import Any
 
+from provisioner.testing.metadata_server import METADATA_ADDRESS, TextHandler, serve
+
 TOKEN_TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 TOKEN_HEADER = "X-aws-ec2-metadata-token"
 
@@ -71,35 +73,20 @@ class Imds:
 
 
 def handler_for(imds: Imds) -> type[http.server.BaseHTTPRequestHandler]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def _send(self, status: int, body: str = "") -> None:
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(TextHandler):
         def do_PUT(self) -> None:
             if self.path != "/latest/api/token" or not self.headers.get(TOKEN_TTL_HEADER):
-                self._send(400, "Bad Request")
+                self.send_text(400, "Bad Request")
                 return
             token = secrets.token_urlsafe(24)
             imds.tokens.add(token)
-            self._send(200, token)
+            self.send_text(200, token)
 
         def do_GET(self) -> None:
             if self.headers.get(TOKEN_HEADER) not in imds.tokens:
-                self._send(401, "Unauthorized")
+                self.send_text(401, "Unauthorized")
                 return
-            value = imds.answer(self.path)
-            if value is None:
-                self._send(404, "Not Found")
-            else:
-                self._send(200, value)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+            self.send_value(imds.answer(self.path))
 
     return Handler
 
@@ -111,15 +98,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--instance", required=True)
     ap.add_argument("--endpoint", required=True, help="moto's server URL on the tests' /24")
     ap.add_argument("--region", default="us-east-1")
-    ap.add_argument("--bind", default="169.254.169.254")
+    ap.add_argument("--bind", default=METADATA_ADDRESS)
     ap.add_argument("--port", type=int, default=80)
     args = ap.parse_args(argv)
     ec2 = boto3.client("ec2", region_name=args.region, endpoint_url=args.endpoint)
     asg = boto3.client("autoscaling", region_name=args.region, endpoint_url=args.endpoint)
-    server = http.server.ThreadingHTTPServer(
-        (args.bind, args.port), handler_for(Imds(ec2, asg, args.instance))
-    )
-    server.serve_forever()
+    serve(handler_for(Imds(ec2, asg, args.instance)), args.bind, args.port)
 
 
 if __name__ == "__main__":
