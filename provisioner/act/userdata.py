@@ -95,10 +95,10 @@ def render_user_data(spec: PoolSpec, boot: NodeBootstrap) -> str:
 
 
 @cache
-def _schema() -> dict[str, Any]:
+def _validator() -> Any:
+    """cloud-init's schema, read and compiled once (every rendering is checked against it)."""
     raw = data_files.cloud_init_schema().read_text(encoding="utf-8")
-    schema: dict[str, Any] = json.loads(raw)
-    return schema
+    return jsonschema.Draft4Validator(json.loads(raw))
 
 
 def check_user_data(text: str, where: str = "user-data") -> None:
@@ -110,9 +110,7 @@ def check_user_data(text: str, where: str = "user-data") -> None:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InvalidArgument(f"{where}: not YAML: {exc}") from exc
-    errors = sorted(
-        jsonschema.Draft4Validator(_schema()).iter_errors(doc), key=lambda e: list(e.path)
-    )
+    errors = sorted(_validator().iter_errors(doc), key=lambda e: list(e.path))
     if errors:
         first = errors[0]
         field = ".".join(str(p) for p in first.path) or "(top)"
