@@ -40,18 +40,8 @@ if ! command -v debootstrap >/dev/null; then
     || die "apt-get install debootstrap failed"
 fi
 
-MIRROR=${DEBIAN_MIRROR:-$(mirror | grep -v -- '-security' | head -1)}
-[ -n "$MIRROR" ] || die "no Debian mirror in apt's sources; set DEBIAN_MIRROR"
-
-TMP=$ROOT.tmp
-[ -z "$(mounted_below "$TMP")" ] || die "$TMP has mounts; refusing to remove it"
-rm -rf "$TMP"
-log "debootstrap $SUITE from $MIRROR into $ROOT (about 75 s)"
 t0=$(date +%s)
-debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$TMP" "$MIRROR" >"$TMP.log" 2>&1 \
-  || { tail -5 "$TMP.log"; die "debootstrap failed ($TMP.log)"; }
-# only packages and their config: drop the apt cache to keep the folder small
-rm -rf "$TMP"/var/cache/apt/archives/*.deb
+debootstrap_tmp "$SUITE" "$PACKAGES" "$ROOT"
 echo "$STAMP_TEXT" >"$TMP/.provisioner-root"
 rm -rf "$ROOT"
 mv "$TMP" "$ROOT"

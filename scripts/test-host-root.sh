@@ -49,17 +49,8 @@ need debootstrap debootstrap
 
 [ -z "$(mounted_below "$ROOT")" ] || die "$ROOT has mounts; stop its test hosts first"
 
-MIRROR=${DEBIAN_MIRROR:-$(mirror | grep -v -- '-security' | head -1)}
-[ -n "$MIRROR" ] || die "no Debian mirror in apt's sources; set DEBIAN_MIRROR"
-
-TMP=$ROOT.tmp
-[ -z "$(mounted_below "$TMP")" ] || die "$TMP has mounts; refusing to remove it"
-rm -rf "$TMP"
-log "debootstrap $SUITE from $MIRROR into $ROOT (about 80 s)"
 t0=$(date +%s)
-debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$TMP" "$MIRROR" >"$TMP.log" 2>&1 \
-  || { tail -5 "$TMP.log"; die "debootstrap failed ($TMP.log)"; }
-rm -rf "$TMP"/var/cache/apt/archives/*.deb
+debootstrap_tmp "$SUITE" "$PACKAGES" "$ROOT"
 # A booted host must not wait for a network that its namespace already has, nor try the
 # machine's own cloud datasources: NoCloud from the seed only. The locale module needs locales.
 cat >"$TMP/etc/cloud/cloud.cfg.d/90-test-host.cfg" <<'CFG'
