@@ -93,8 +93,10 @@ test-host-roots:
 	bash scripts/test-host-root.sh "$(TEST_HOST_ROOTS)/host-trixie" trixie
 
 # Removes every test host, namespace and link a killed test run left (names start with gbt).
+# Every test host, namespace and link the tests left, and the test hosts' Slurm clusters.
 test-hosts-clean: venv
 	$(BIN)/python -m provisioner.testing.hosts
+	for d in .slurm-hosts/*/; do [ -d "$$d" ] && bash scripts/slurm-down.sh "$$d" --purge || true; done
 
 test-ha: venv pg-up
 	REQUIRE_POSTGRES=1 PROVISIONER_TEST_DATABASE_URL=$(PG_URL) \

@@ -40,6 +40,16 @@
 #   WITH_REST=1    slurmrestd (22.05: unix:DIR/run/slurmrestd.sock; 24.11: 127.0.0.1:PORT_BASE+3)
 #   HOOK_MODE=provisioner|bridge|autojoin|log   PROVISIONER=<repo>/.venv/bin/provisioner
 #   INSTALL=1      0 = never call apt-get
+#   BURST_NODES=local  the burst nodes' slurmd runs on this host (the local launcher, a stand-in);
+#              hosts: each burst node is a test host of its own on the tests' /24
+#              (provisioner/testing/hosts.py), joining as a cloud VM does. Then slurmctld listens
+#              on CTLD_ADDR only (CommunicationParameters=NoCtldInAddrAny), the config is served to
+#              slurmd (enable_configless), burst nodes share SlurmdPort and Debian's slurmd paths,
+#              their GPUs are /dev/nvidia* on the node (a test host links them to /dev/null), the
+#              controller sets NodeAddr (no cloud_reg_addrs) and slurmd reports the truth (no
+#              config_overrides). N_ONPREM may be 0.
+#   CTLD_ADDR=127.0.0.1  slurmctld's address (BURST_NODES=hosts: the host's address on the /24)
+#   MUNGE_KEY_FROM=<file>  use this key (a test host root's own, "baked into the image")
 set -euo pipefail
 T_START=$(date +%s%N)
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -66,6 +76,10 @@ RESUME_TIMEOUT=${RESUME_TIMEOUT:-45}; SLURMD_TIMEOUT=${SLURMD_TIMEOUT:-60}
 PORT_BASE=${PORT_BASE:-6817}
 WITH_REST=${WITH_REST:-1}; INSTALL=${INSTALL:-1}
 PROVISIONER=${PROVISIONER:-$REPO/.venv/bin/provisioner}
+BURST_NODES=${BURST_NODES:-local}; CTLD_ADDR=${CTLD_ADDR:-127.0.0.1}; MUNGE_KEY_FROM=${MUNGE_KEY_FROM:-}
+case "$BURST_NODES" in local|hosts) ;; *) echo "slurm-up: BURST_NODES=$BURST_NODES is not local or hosts" >&2; exit 2 ;; esac
+# on-prem slurmds on this host would share the burst nodes' Debian paths
+[ "$BURST_NODES" = local ] || [ "$N_ONPREM" = 0 ] || { echo "slurm-up: BURST_NODES=hosts needs N_ONPREM=0" >&2; exit 2; }
 if [ -z "${HOOK_MODE:-}" ]; then
   if [ ! -x "$PROVISIONER" ]; then HOOK_MODE=autojoin
   elif [ "$SLURM_SERIES" = 24.11 ]; then HOOK_MODE=bridge
@@ -162,6 +176,11 @@ mkdir -p "$DIR"/{etc,state/ctld,state/provisioner,log,run,bin,dev,jobs}
 # The key only has to match between the daemons of this cluster, which share this one munged:
 # a fresh one after slurm-down.sh removed the folder is fine.
 "${INROOT[@]}" install -d -o munge -g munge -m 0755 "$M"   # socket dir must be o+x
+if [ -n "$MUNGE_KEY_FROM" ] && ! cmp -s "$MUNGE_KEY_FROM" "$MH/munge.key"; then
+  # a running munged keeps the old key: stop it, it restarts below with this one
+  alive "$MH/munged.pid" && kill "$(cat "$MH/munged.pid")" && sleep 0.5
+  install -m 0400 "$MUNGE_KEY_FROM" "$MH/munge.key"
+fi
 [ -s "$MH/munge.key" ] || (umask 077; dd if=/dev/urandom of="$MH/munge.key" bs=1024 count=1 status=none)
 "${INROOT[@]}" chown munge:munge "$M/munge.key"; chmod 0400 "$MH/munge.key"
 if [ "$SLURM_SERIES" = 24.11 ]; then   # JWT signing key for `scontrol token` and slurmrestd
@@ -176,12 +195,35 @@ for ((i=1;i<=N_ONPREM;i++)); do ONPREM_NODES+=("onprem-$i"); done
 for ((i=1;i<=N_CLOUD;i++));  do CLOUD_NODES+=("$CLOUD_PREFIX-$i"); done
 for n in "${ONPREM_NODES[@]}" "${CLOUD_NODES[@]}"; do mkdir -p "$DIR/state/d-$n"; done
 HOST=$(hostname -s)
-if [ "$SLURM_SERIES" = 24.11 ]; then
+CTLD_RUN=()
+if [ "$BURST_NODES" = hosts ]; then
+  # slurmctld binds the address its own name resolves to (NoCtldInAddrAny), and it must be
+  # the host SlurmctldHost names: it runs as host gbt-ctl (a UTS namespace) with a private
+  # /etc/hosts (a mount namespace) naming CTLD_ADDR. The machine's own files are untouched.
+  CTLD_NAME=gbt-ctl; CTLD_HOST="$CTLD_NAME($CTLD_ADDR)"; AUTH_ALT=""
+  printf '127.0.0.1 localhost\n%s %s\n' "$CTLD_ADDR" "$CTLD_NAME" >"$DIR/etc/hosts.ctld"
+  hosts_at=/etc/hosts; [ "$SLURM_SERIES" = 24.11 ] && hosts_at=$SLURM_ROOT/etc/hosts
+  CTLD_RUN=(unshare --uts --mount --propagation private sh -c
+    "hostname $CTLD_NAME && mount --bind $DIR/etc/hosts.ctld $hosts_at && exec \"\$0\" \"\$@\"")
+elif [ "$SLURM_SERIES" = 24.11 ]; then
   CTLD_HOST="$HOST(127.0.0.1)"   # 24.11 wants its own host name here
   AUTH_ALT="AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=$DIR/etc/jwt_hs256.key"
 else
   CTLD_HOST="localhost(127.0.0.1)"; AUTH_ALT=""
+fi
+if [ "$BURST_NODES" = hosts ]; then
+  SLURMD_PATHS="SlurmdSpoolDir=/var/spool/slurmd
+SlurmdPidFile=/run/slurmd.pid
+SlurmdLogFile=/var/log/slurm/slurmd.log"
+  SLURMD_PARAMS=""; COMM_PARAMS=NoAddrCache,NoCtldInAddrAny
+  CTLD_PARAMS=enable_configless,idle_on_node_suspend,power_save_interval=1
+else
+  SLURMD_PATHS="SlurmdSpoolDir=$DIR/state/d-%n
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmdLogFile=$DIR/log/slurmd-%n.log"
+  SLURMD_PARAMS="SlurmdParameters=config_overrides"; COMM_PARAMS=NoAddrCache
+  CTLD_PARAMS=idle_on_node_suspend,cloud_reg_addrs,power_save_interval=1
 fi
 
 # ---------------------------------------------------------------- 3. configs
@@ -203,11 +245,9 @@ CredType=cred/munge
 AuthInfo=socket=$M/munge.sock
 $AUTH_ALT
 StateSaveLocation=$DIR/state/ctld
-SlurmdSpoolDir=$DIR/state/d-%n
 SlurmctldPidFile=$DIR/run/slurmctld.pid
-SlurmdPidFile=$DIR/run/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd-%n.log
+$SLURMD_PATHS
 SlurmctldDebug=info
 SlurmdDebug=info
 MailProg=/bin/true
@@ -220,19 +260,19 @@ SchedulerType=sched/backfill
 GresTypes=gpu
 ReturnToService=2
 SlurmdTimeout=$SLURMD_TIMEOUT
-SlurmdParameters=config_overrides
+$SLURMD_PARAMS
 # cloud bursting (power saving)
-SlurmctldParameters=idle_on_node_suspend,cloud_reg_addrs,power_save_interval=1
+SlurmctldParameters=$CTLD_PARAMS
 PrivateData=cloud
 TreeWidth=65533
-CommunicationParameters=NoAddrCache
+CommunicationParameters=$COMM_PARAMS
 SuspendProgram=$DIR/bin/suspend.sh
 ResumeProgram=$DIR/bin/resume.sh
 ResumeFailProgram=$DIR/bin/resumefail.sh
 SuspendTime=$SUSPEND_TIME
 SuspendTimeout=$SUSPEND_TIMEOUT
 ResumeTimeout=$RESUME_TIMEOUT
-SuspendExcParts=onprem
+$( [ "$N_ONPREM" -gt 0 ] && echo SuspendExcParts=onprem )
 JobCompType=jobcomp/filetxt
 JobCompLoc=$DIR/log/jobcomp.txt
 AccountingStorageType=accounting_storage/none
@@ -246,10 +286,12 @@ for n in "${ONPREM_NODES[@]}"; do
 echo "# burst nodes (same shape as provisioner.register.slurm_conf renders, plus a Port each)"
 p=$((PORT_BASE+40))
 for n in "${CLOUD_NODES[@]}"; do
-  echo "NodeName=$n Port=$p CPUs=$NODE_CPUS RealMemory=$NODE_MEM Gres=gpu:$GPU_TYPE:$CLOUD_GPUS Feature=$CLOUD_FEATURES Weight=$CLOUD_WEIGHT State=CLOUD"
+  port="Port=$p "; [ "$BURST_NODES" = hosts ] && port=""   # a host of its own: SlurmdPort
+  echo "NodeName=$n ${port}CPUs=$NODE_CPUS RealMemory=$NODE_MEM Gres=gpu:$GPU_TYPE:$CLOUD_GPUS Feature=$CLOUD_FEATURES Weight=$CLOUD_WEIGHT State=CLOUD"
   p=$((p+1)); done
-echo "PartitionName=onprem Nodes=$(IFS=,; echo "${ONPREM_NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
-[ "$N_CLOUD" -gt 0 ] && echo "PartitionName=cloud Nodes=$(IFS=,; echo "${CLOUD_NODES[*]}") MaxTime=INFINITE State=UP"
+[ "$N_ONPREM" -gt 0 ] && echo "PartitionName=onprem Nodes=$(IFS=,; echo "${ONPREM_NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
+cloud_default=""; [ "$N_ONPREM" -gt 0 ] || cloud_default="Default=YES "
+[ "$N_CLOUD" -gt 0 ] && echo "PartitionName=cloud Nodes=$(IFS=,; echo "${CLOUD_NODES[*]}") ${cloud_default}MaxTime=INFINITE State=UP"
 return 0
 }
 write_if_changed "$DIR/etc/slurm.conf" < <(gen_slurm_conf)
@@ -258,7 +300,10 @@ gen_gres_conf() {
 echo "AutoDetect=off"
 local n
 for n in "${ONPREM_NODES[@]}"; do echo "NodeName=$n Name=gpu Type=$GPU_TYPE File=$DIR/dev/nvidia[0-$((ONPREM_GPUS-1))]"; done
-for n in "${CLOUD_NODES[@]}";  do echo "NodeName=$n Name=gpu Type=$GPU_TYPE File=$DIR/dev/nvidia[0-$((CLOUD_GPUS-1))]"; done
+for n in "${CLOUD_NODES[@]}";  do
+  if [ "$BURST_NODES" = hosts ]; then echo "NodeName=$n Name=gpu Type=$GPU_TYPE File=/dev/nvidia[0-$((CLOUD_GPUS-1))]"
+  else echo "NodeName=$n Name=gpu Type=$GPU_TYPE File=$DIR/dev/nvidia[0-$((CLOUD_GPUS-1))]"; fi
+done
 }
 write_if_changed "$DIR/etc/gres.conf" < <(gen_gres_conf)
 
@@ -320,7 +365,7 @@ export SLURM_RESUME_TIMEOUT=$RESUME_TIMEOUT
 export SLURM_SERIES=$SLURM_SERIES
 EOF
 if [ "$SLURM_SERIES" = 24.11 ]; then
-  rest_url=$( [ "$WITH_REST" = 1 ] && echo "http://127.0.0.1:$REST_PORT" )
+  rest_url=""; [ "$WITH_REST" = 1 ] && rest_url="http://127.0.0.1:$REST_PORT"
   cat >>"$DIR/env.sh.new" <<EOF
 export SLURM_ROOT=$SLURM_ROOT
 export SLURM_BIN_DIR=$SLURM_BIN_DIR
@@ -355,7 +400,7 @@ if alive "$DIR/run/slurmctld.pid" && [ "$CHANGED" = 1 ]; then
   log "configs changed -> restarting slurmctld"; RECONF=1
 fi
 if ! alive "$DIR/run/slurmctld.pid"; then
-  setsid slurmctld -f "$SLURM_CONF" </dev/null >/dev/null 2>&1
+  setsid "${CTLD_RUN[@]}" "$(command -v slurmctld)" -f "$SLURM_CONF" </dev/null >/dev/null 2>&1
   wait_for 30 scontrol ping || die "slurmctld not answering ($DIR/log/slurmctld.log)"
   log "slurmctld started"
 fi
@@ -376,7 +421,7 @@ done
 # a re-run fail while the cluster was merely running jobs.
 all_up() { local s; s=$(sinfo -h -p onprem -o '%t' 2>/dev/null | sort -u) || return 1
   [ -n "$s" ] && ! grep -qvE '^(idle|mix|alloc|comp)$' <<<"$s"; }
-wait_for 60 all_up || { sinfo -N || true; die "on-prem nodes not up (idle, mix or alloc) after 60s"; }
+[ "$N_ONPREM" = 0 ] || wait_for 60 all_up || { sinfo -N || true; die "on-prem nodes not up (idle, mix or alloc) after 60s"; }
 
 if [ "$SLURM_SERIES" = 24.11 ] && [ "$HOOK_MODE" = bridge ] && ! alive "$DIR/run/hook-bridge.pid"; then
   # the hooks in the root reach the host's `provisioner slurm ...` through this listener
