@@ -59,6 +59,9 @@ class Node:
     instance_id: str = ""
     idle_since_ts: float | None = None
     gpu_load: tuple[GpuSample, ...] = field(default=())
+    # Slurm's NodeAddr: where slurmctld sends this node's work ("" when not reported; the
+    # node's name while nothing set it)
+    address: str = ""
 
     @property
     def gpus_free(self) -> int:

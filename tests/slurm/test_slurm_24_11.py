@@ -109,6 +109,9 @@ def test_24_11_nodes_agree_between_scontrol_rest_and_scontrol_o() -> None:
     for name, n in js.items():
         assert (rest[name].state, rest[name].gpus_alloc) == (n.state, n.gpus_alloc)
         assert (text_o[name].state, text_o[name].gpus_alloc) == (n.state, n.gpus_alloc)
+        assert rest[name].address == text_o[name].address == n.address  # NodeAddr
+    # the recording's cloud-aws-1 registered from this host; the others have no address yet
+    assert js["cloud-aws-1"].address == "127.0.0.1" and js["cloud-aws-2"].address == "cloud-aws-2"
 
 
 def test_24_11_sinfo_json_has_no_node_list() -> None:

@@ -163,6 +163,16 @@ def test_rest_nodes_sample_22_05() -> None:
     assert nodes["cloud-aws-1"].gpus_alloc == 8
 
 
+def test_node_addresses_are_read_from_every_22_05_source() -> None:
+    # NodeAddr as the recordings hold it: the node's own name until something set it
+    text_o = {n.name: n.address for n in parse_scontrol_nodes(text("scontrol-o-show-nodes.txt"))}
+    sinfo = {n.name: n.address for n in parse_nodes(load_json(text("sinfo.json"), source="s"))}
+    rest = {n.name: n.address for n in parse_nodes(load_json(text("rest-nodes.json"), source="r"))}
+    assert text_o["cloud-aws-1"] == sinfo["cloud-aws-1"] == "cloud-aws-1"
+    assert rest["cloud-aws-1"] == "127.0.0.1" and rest["cloud-aws-2"] == "cloud-aws-2"
+    assert text_o["onprem-1"] == "127.0.0.1"
+
+
 def test_scontrol_sample_22_05() -> None:
     nodes = {n.name: n for n in parse_scontrol_nodes(text("scontrol-o-show-nodes.txt"))}
     assert len(nodes) == 6

@@ -390,6 +390,7 @@ def _build_node(
     weight: int,
     last_busy: float | None,
     cloud_partitions: Collection[str],
+    address: str = "",
 ) -> Node:
     """The Node both readers (JSON and `scontrol -o`) build from the fields they extracted."""
     state = map_node_state(flags)
@@ -406,6 +407,7 @@ def _build_node(
         features=features,
         weight=weight,
         idle_since_ts=last_busy if state is NodeState.IDLE else None,
+        address=address,
     )
 
 
@@ -439,6 +441,7 @@ def parse_node(
     features = _features(rec.get("active_features") or rec.get("features"))
     weight = number(rec.get("weight"), where=f"{where}: weight")
     last_busy = _epoch(rec.get("last_busy"), where=f"{where}: last_busy")
+    address = _text(rec.get("address"))
     return _build_node(
         name,
         flags,
@@ -450,6 +453,7 @@ def parse_node(
         weight=int(weight) if weight is not None else 1,
         last_busy=last_busy,
         cloud_partitions=cloud_partitions,
+        address=address,
     )
 
 
@@ -558,6 +562,7 @@ def parse_scontrol_nodes(
                 weight=weight,
                 last_busy=_scontrol_time(kv.get("LastBusyTime", "")),
                 cloud_partitions=cloud_partitions,
+                address=kv.get("NodeAddr", "").strip(),
             )
         )
     return tuple(nodes)
