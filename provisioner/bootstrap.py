@@ -250,15 +250,12 @@ def build_clouds(
 
 def user_data_for(policy: Policy) -> Callable[[PoolSpec], str] | None:
     """The node bootstrap (cloud-init) from infra/bootstrap, when the template is at hand."""
-    from provisioner.act.userdata import NodeBootstrap, default_template_path, render_user_data
+    from provisioner.act.userdata import bootstrap_from, default_template_path, render_user_data
 
     if not default_template_path().exists():
         log.warning("no node bootstrap template at %s", default_template_path())
         return None
-    boot = NodeBootstrap(
-        controller_host=policy.node.controller_host,
-        munge_key_command=policy.node.munge_key_command,
-    )
+    boot = bootstrap_from(policy.node)
     # Rendered without the decision id: the node shape (and so the launch template version)
     # then stays the same across scale-ups; the instance's tags carry the decision.
     return lambda spec: render_user_data(replace(spec, decision_id=""), boot)

@@ -58,6 +58,8 @@ def spec_for_offer(
         decision_id=decision_id,
         workload=pool.workload,
         project=project if pool.cloud == "gcp" else "",
+        subnets=tuple(pool.subnets),
+        security_groups=tuple(pool.security_groups),
     )
     return replace(spec, user_data=user_data(spec)) if user_data is not None else spec
 

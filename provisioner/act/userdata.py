@@ -21,6 +21,7 @@ import yaml
 
 from provisioner import data_files
 from provisioner.act.ports import NODE_KEY, PoolSpec
+from provisioner.config.models import NodeBootstrap as NodeBootstrapPolicy
 from provisioner.domain.errors import InvalidArgument
 
 HEADER = "#cloud-config\n"
@@ -40,6 +41,17 @@ class NodeBootstrap:
     munge_key_command: str = ""
     join_deadline_s: int = 600  # how long the VM waits to be named before it gives up
     template_path: Path | None = None
+
+
+def bootstrap_from(node: NodeBootstrapPolicy, template_path: Path | None = None) -> NodeBootstrap:
+    """The bootstrap a policy's `node` section asks for."""
+    return NodeBootstrap(
+        controller_host=node.controller_host,
+        controller_port=node.controller_port,
+        munge_key_command=node.munge_key_command,
+        join_deadline_s=node.join_deadline_s,
+        template_path=template_path,
+    )
 
 
 def node_settings(spec: PoolSpec, boot: NodeBootstrap) -> dict[str, Any]:

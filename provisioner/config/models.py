@@ -122,6 +122,10 @@ class PoolPolicy(Strict):
     image: str = ""
     # Expected busy fraction of max size, for the $/month estimate in IaC reviews.
     expected_utilization: Decimal | None = Field(default=None, ge=0, le=1)
+    # AWS placement: the subnets the group launches into (else the region's default VPC) and
+    # the security groups of its instances (else the VPC's default group).
+    subnets: list[str] = Field(default_factory=list)
+    security_groups: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _needs_gpu_selector(self) -> PoolPolicy:
@@ -206,6 +210,15 @@ class NodeBootstrap(Strict):
     """How burst nodes find the controller and boot (rendered into cloud-init)."""
 
     controller_host: str = "slurmctld.internal"
+    controller_port: int = Field(default=6817, ge=1, le=65535)  # slurmctld's SlurmctldPort
+    # How a burst node's NodeAddr is set. `instance`: the controller sets it (scontrol update
+    # nodeaddr=) to the instance's private address from the cloud's own answer, before the VM
+    # learns its node name, and checks it on every pass: a node whose address is not its
+    # instance's is drained, with an alert. `registration`: slurmctld takes it from whoever
+    # registers (cloud_reg_addrs) and nothing is checked; only for the same-host stand-in
+    # (register/launcher.py), whose instances have no host of their own. docs/slurm.md.
+    node_address: Literal["instance", "registration"] = "instance"
+    join_deadline_s: int = Field(default=600, ge=10)  # how long a VM waits to be named
     # Run on the VM to print the cluster's munge key (e.g. from the cloud's secret store, with
     # the instance's own role); "" when the image already holds /etc/munge/munge.key.
     munge_key_command: str = ""

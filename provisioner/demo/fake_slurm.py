@@ -81,6 +81,7 @@ class FakeNode:
     idle_since: float | None = None
     reason: str = ""
     machine: str = ""  # the instance whose boot made this node (the VM knows who it is)
+    address: str = ""  # NodeAddr, as `scontrol update nodeaddr=` set it
 
     @property
     def used(self) -> int:
@@ -252,6 +253,11 @@ class FakeSlurm:
         self._schedule()
         return tuple(jobs)
 
+    def set_address(self, node: str, address: str, hostname: str | None = None) -> None:
+        (name,) = self._names(node)
+        self.nodes[name].address = address
+        self.calls.append(("nodeaddr", name))
+
     def resume(self, nodes: str | Iterable[str]) -> None:
         self.advance()
         for name in self._names(nodes):
@@ -295,6 +301,7 @@ class FakeSlurm:
     def _stop(self, n: FakeNode) -> None:
         n.power, n.stop_at = "stopping", self._t + self.suspend_timeout_s
         n.boot_at = n.powerup_since = None
+        n.address = ""  # a powered-down cloud node has no machine's address
 
     def _next_event(self) -> float | None:
         times: list[float] = []
@@ -464,6 +471,7 @@ class FakeSlurm:
                     weight=n.weight,
                     pool=n.pool,
                     idle_since_ts=n.idle_since if state is NodeState.IDLE else None,
+                    address=n.address,
                 )
             )
         return ClusterSnapshot(taken_ts=t, jobs=tuple(jobs), nodes=tuple(nodes))

@@ -32,6 +32,8 @@ class ReasonCode(StrEnum):
     JOIN_TIMEOUT = "join_timeout"
     # a job Slurm held after a failed launch goes back to the queue in a burst partition only
     RELEASE_LAUNCH_FAILED = "release_launch_failed"
+    # an alert: a bound node's NodeAddr in Slurm is not its instance's address; it is drained
+    NODE_ADDRESS_MISMATCH = "node_address_mismatch"
 
 
 class Rejection(StrEnum):

@@ -19,7 +19,7 @@ from typing import Any
 
 from provisioner.act.ports import PoolSpec
 from provisioner.act.specs import NodeImages, pool_specs
-from provisioner.act.userdata import NodeBootstrap, render_user_data
+from provisioner.act.userdata import bootstrap_from, render_user_data
 from provisioner.config.models import Policy
 from provisioner.domain.offers import Offer
 
@@ -90,11 +90,7 @@ def specs_for_policy(
     """
     offers = list(catalog)
     out = PoolSpecs([])
-    boot = NodeBootstrap(
-        controller_host=policy.node.controller_host,
-        munge_key_command=policy.node.munge_key_command,
-        template_path=template_path,
-    )
+    boot = bootstrap_from(policy.node, template_path)
     wanted = set(pools)
     placeholder: list[str] = []
     for pool in policy.pools:

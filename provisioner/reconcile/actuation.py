@@ -98,9 +98,35 @@ class PassActuation:
             self.store.set_node_name(b.instance_id, b.node)
             log.info("bound %s to slurm node %s", b.instance_id, b.node)
         for n in sp.names:
+            if n.address:  # slurmctld must talk to this instance before it may join as n.node
+                addressed = self.slurm.set_address(n.node, n.address)
+                _add(report, addressed)
+                if addressed.errors:
+                    continue
             err = self.names.name(n.instance, n.node)
             if err:
                 report.errors.append(err)
+        for mm in sp.mismatches:
+            log.error(
+                "ALERT slurm node %s answers at %s, not at its instance %s's address %s: draining",
+                mm.node,
+                mm.found,
+                mm.instance_id,
+                mm.expected,
+            )
+            reason = ReasonCode.NODE_ADDRESS_MISMATCH
+            detail = {"node": mm.node, "expected": mm.expected, "found": mm.found, "alert": "true"}
+            self.store.record_decisions(
+                [
+                    Decision(
+                        decision_id(now, reason, mm.node),
+                        reason,
+                        instance=mm.instance_id,
+                        detail=detail,
+                    )
+                ],
+                now,
+            )
         for m in sp.moves:
             try:
                 self.store.transition(m.instance_id, m.to, now, m.reason, cloud_ts=m.cloud_ts)

@@ -256,6 +256,7 @@ class Reconciler:
                 first_request_ts=self.store.first_intent_ts(IntentKind.SCALE_UP),
                 last_alive=self.listings.last_alive,
                 gone_since=self.listings.gone_since,
+                set_addresses=self.policy.node.node_address == "instance",
             )
         )
         for w in splan.warnings:

@@ -38,6 +38,8 @@ def handle_slurm_steps(
         out.kill(view, inst, reason, join=True)
         return
     node = view.nodes.get(node_name) if node_name else None
+    if node is not None and view.fresh and state in (S.JOINING, S.READY):
+        out.check_address(view, inst, node)
     if state is S.JOINING:
         handle_joining(view, out, inst, node_name, node)
     elif state in (S.READY, S.DRAINING) and node is not None:

@@ -43,6 +43,9 @@ class NameNode:
 
     instance: OwnedInstance
     node: str
+    # the NodeAddr Slurm gets first (node_address=instance): the instance's private address,
+    # so the VM that learns the name is the one slurmctld talks to; "" sets none
+    address: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,18 @@ class Kill:
 
 
 @dataclass(frozen=True, slots=True)
+class AddressMismatch:
+    """A bound node whose NodeAddr in Slurm is not its instance's private address: some other
+    machine answers as that node (any VM holding the munge key can start `slurmd -N <node>`),
+    or someone moved it. The node is drained and an alert recorded."""
+
+    instance_id: str
+    node: str
+    expected: str  # the instance's private address, from the cloud
+    found: str  # Slurm's NodeAddr
+
+
+@dataclass(frozen=True, slots=True)
 class NodeFix:
     node: str
     action: str  # "resume" (back to service) | "fail" (drain, requeue, down) | "drain"
@@ -82,6 +97,7 @@ class SyncPlan:
     moves: tuple[Move, ...] = ()
     kills: tuple[Kill, ...] = ()
     nodes: tuple[NodeFix, ...] = ()
+    mismatches: tuple[AddressMismatch, ...] = ()
     orphans: tuple[CloudInstance, ...] = ()  # records to create, rebuilt from cloud tags
     sweep_hold: str = ""  # the safety valve holds the sweep, and why
     warnings: tuple[str, ...] = ()  # cloud stamps far outside what the controller saw
@@ -95,6 +111,7 @@ class SyncPlan:
             or self.moves
             or self.kills
             or self.nodes
+            or self.mismatches
             or self.orphans
         )
 
@@ -127,6 +144,8 @@ class SyncInput:
     # the earliest scale-up intent the store holds: nothing was requested before it (the floor
     # of an orphan's launch stamp when its own intent is not in view)
     first_request_ts: float | None = None
+    # node_address=instance: NodeAddr is set from the cloud's answer and checked every pass
+    set_addresses: bool = True
     # record id -> when a complete listing first lacked its instance: a VM that vanished
     # without an end stamp (GCE forgets deleted VMs) is billed until then, not until the
     # sweep gets round to closing its record

@@ -15,6 +15,7 @@ from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.reconcile.cloud_stamps import CloudStamps
 from provisioner.reconcile.sync_model import (
     TERMINABLE,
+    AddressMismatch,
     Adopt,
     Bind,
     Kill,
@@ -25,6 +26,17 @@ from provisioner.reconcile.sync_model import (
     SyncPlan,
 )
 from provisioner.reconcile.sync_records import owned_from_record
+
+# Nodes already on their way out of service: an address mismatch on one is not drained again.
+_OUT_OF_SERVICE = frozenset(
+    {
+        NodeState.DRAINING,
+        NodeState.DRAINED,
+        NodeState.DOWN,
+        NodeState.POWERING_DOWN,
+        NodeState.POWERED_DOWN,
+    }
+)
 
 
 def busy_nodes(snap: ClusterSnapshot) -> frozenset[str]:
@@ -126,6 +138,7 @@ class SyncPlanBuilder:
     binds: list[Bind] = field(default_factory=list)
     names: list[NameNode] = field(default_factory=list)
     fixes: dict[str, NodeFix] = field(default_factory=dict)  # node name -> its fix
+    mismatches: list[AddressMismatch] = field(default_factory=list)
     orphans: list[CloudInstance] = field(default_factory=list)
 
     def kill(
@@ -160,7 +173,25 @@ class SyncPlanBuilder:
         it is listed with its address, and again if the cloud shows another name."""
         o = view.owned.get(inst.instance_id)
         if o is not None and o.private_ip and o.named_node != node:
-            self.names.append(NameNode(o, node))
+            address = o.private_ip if view.inp.set_addresses else ""
+            self.names.append(NameNode(o, node, address))
+
+    def check_address(self, view: SyncView, inst: CloudInstance, node: Node) -> None:
+        """A node in service whose NodeAddr is neither unset (its own name) nor its instance's
+        private address is drained, once (a draining node is not checked again)."""
+        o = view.owned.get(inst.instance_id)
+        if (
+            not view.inp.set_addresses
+            or o is None
+            or not o.private_ip
+            or node.address in ("", node.name, o.private_ip)
+            or node.state in _OUT_OF_SERVICE
+        ):
+            return
+        found = AddressMismatch(inst.instance_id, node.name, o.private_ip, node.address)
+        self.mismatches.append(found)
+        why = f"NodeAddr {node.address} is not {inst.instance_id}'s address {o.private_ip}"
+        self.fixes[node.name] = NodeFix(node.name, "drain", why)
 
     def take_free_node(self, inst: CloudInstance) -> str:
         """Bind `inst` to its pool's first free node: that node's name, or "" if none."""
@@ -179,6 +210,7 @@ class SyncPlanBuilder:
             moves=tuple(self.moves),
             kills=tuple(self.kills.values()),
             nodes=tuple(self.fixes.values()),
+            mismatches=tuple(self.mismatches),
             orphans=tuple(self.orphans),
             sweep_hold=sweep_hold,
             warnings=tuple(self.stamps.warnings),

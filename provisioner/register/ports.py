@@ -24,6 +24,8 @@ class NodeControl(Protocol):
 
     def resume(self, nodes: str | Iterable[str]) -> None: ...
 
+    def set_address(self, node: str, address: str, hostname: str | None = None) -> None: ...
+
 
 class JobControl(Protocol):
     def set_partitions(self, job_id: str, partitions: Sequence[str]) -> None:

@@ -73,6 +73,20 @@ class SlurmRegistrar:
             return SlurmOutcome(errors=(f"node {node} {action}: {exc}",))
         return NOTHING
 
+    def set_address(self, node: str, address: str) -> SlurmOutcome:
+        """NodeAddr (and NodeHostname) of a node powering up: the address of the instance
+        bound to it, from the cloud, before the instance learns the node's name."""
+        ctl = self.node_control
+        if ctl is None:
+            return NOTHING
+        self.records.check_fence()
+        try:
+            ctl.set_address(node, address)
+        except ProvisionerError as exc:
+            return SlurmOutcome(errors=(f"node {node} nodeaddr={address}: {exc}",))
+        log.info("slurm node %s: NodeAddr %s", node, address)
+        return NOTHING
+
     def move_jobs(
         self, job_ids: Iterable[str], partition: str, jobs: Mapping[str, Job]
     ) -> SlurmOutcome:

@@ -127,9 +127,18 @@ def render_power_save(
     suspend_timeout_s: int = 120,
     resume_timeout_s: int = 600,
     exclude_partitions: Sequence[str] = ("onprem",),
+    node_address: str = "instance",
 ) -> str:
     """The power-saving lines of slurm.conf for Slurm-driven mode. The hooks are the wrapper
-    scripts `render_hook_script` writes (Slurm passes only the hostlist, so no extra args)."""
+    scripts `render_hook_script` writes (Slurm passes only the hostlist, so no extra args).
+    `node_address` (the policy's `node.node_address`): `instance`, the controller sets each
+    node's NodeAddr; `registration`, slurmctld takes it from the registration
+    (`cloud_reg_addrs`), for the same-host stand-in only."""
+    params = "enable_configless,idle_on_node_suspend"
+    if node_address == "registration":
+        params += ",cloud_reg_addrs"
+    elif node_address != "instance":
+        raise InvalidArgument(f"node_address {node_address!r} is not instance or registration")
     return (
         "\n".join(
             [
@@ -140,7 +149,7 @@ def render_power_save(
                 f"SuspendTimeout={suspend_timeout_s}",
                 f"ResumeTimeout={resume_timeout_s}",
                 f"SuspendExcParts={','.join(exclude_partitions)}",
-                "SlurmctldParameters=enable_configless,idle_on_node_suspend,cloud_reg_addrs",
+                f"SlurmctldParameters={params}",
                 "PrivateData=cloud",
             ]
         )

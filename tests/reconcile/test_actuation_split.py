@@ -308,6 +308,9 @@ class FakeSlurm:
     def resume(self, nodes) -> None:
         self._do(f"resume:{nodes}")
 
+    def set_address(self, node, address: str, hostname=None) -> None:
+        self._do(f"nodeaddr:{node}={address}")
+
     def set_partitions(self, job_id: str, partitions) -> None:
         if job_id == "bad":
             raise ValueError("bad job id")
@@ -391,6 +394,23 @@ def test_node_fixes_are_fenced_and_report_what_slurm_refused(world):
     assert none.fix_node("burst-1", "resume", "back").errors == ()
     assert none.move_jobs(["1"], "cloud", {"1": job("1")}).jobs_moved == 0
     assert calls == []  # nothing wired: no call, and no fence to check for one
+
+
+def test_a_nodes_address_is_set_fenced_and_a_refusal_is_reported(world):
+    store, calls, _ = world
+    slurm = FakeSlurm(calls)
+    reg = registrar(store, calls, slurm)
+    assert reg.set_address("burst-1", "10.0.0.11").errors == ()
+    slurm.broken.add("nodeaddr")
+    assert reg.set_address("burst-2", "10.0.0.12").errors == (
+        "node burst-2 nodeaddr=10.0.0.12: nodeaddr:burst-2=10.0.0.12 refused",
+    )
+    assert calls == [
+        "check_fence",
+        "nodeaddr:burst-1=10.0.0.11",
+        "check_fence",
+        "nodeaddr:burst-2=10.0.0.12",
+    ]
 
 
 # ----------------------------------------------------------------------------- recovery

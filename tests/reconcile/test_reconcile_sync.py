@@ -81,9 +81,19 @@ def intent(nodes: int = 1, status: str = "confirmed") -> Intent:
     )
 
 
-def node(name: str, state: NodeState, alloc: int = 0) -> Node:
+def node(name: str, state: NodeState, alloc: int = 0, address: str = "") -> Node:
     return Node(
-        name, NodeKind.BURST, 8, alloc, "a100", state, ("cloud",), ("cloud",), 100, pool="burst"
+        name,
+        NodeKind.BURST,
+        8,
+        alloc,
+        "a100",
+        state,
+        ("cloud",),
+        ("cloud",),
+        100,
+        pool="burst",
+        address=address,
     )
 
 
@@ -98,6 +108,7 @@ def sync(
     first_seen=None,
     first_request_ts=None,
     skew_s=None,
+    set_addresses=True,
 ):
     snap = ClusterSnapshot(taken_ts=now, nodes=tuple(nodes))
     if stale:
@@ -119,6 +130,7 @@ def sync(
             first_seen=seen,
             first_request_ts=first_request_ts,
             skew_s=skew_s or {},
+            set_addresses=set_addresses,
         )
     )
 
@@ -246,6 +258,45 @@ def test_each_bound_instance_is_named_its_own_node_whatever_its_launch_order():
         nodes,
     )
     assert [(n.instance.instance_id, n.node) for n in p.names] == [("i-1", "burst-1")]
+
+
+def test_a_node_gets_its_instance_address_before_its_name_unless_slurm_takes_it_itself():
+    nodes = [node("burst-1", NodeState.POWERING_UP)]
+    p = sync([record("i-1", S.ALLOCATED)], [owned("i-1", ip="10.0.0.11")], nodes)
+    assert [(n.node, n.address) for n in p.names] == [("burst-1", "10.0.0.11")]
+    p = sync(
+        [record("i-1", S.ALLOCATED)], [owned("i-1", ip="10.0.0.11")], nodes, set_addresses=False
+    )
+    assert [(n.node, n.address) for n in p.names] == [("burst-1", "")]
+
+
+def test_a_node_answering_at_another_address_is_drained_with_an_alert_once():
+    rec, own = record("i-1", S.READY, node="burst-1"), owned("i-1", ip="10.0.0.11")
+    # its own address, or none set yet (Slurm shows the node's name): nothing to do
+    for addr in ("10.0.0.11", "burst-1", ""):
+        p = sync([rec], [own], [node("burst-1", NodeState.IDLE, address=addr)])
+        assert (p.mismatches, p.nodes) == ((), ()), addr
+    # another machine registered as burst-1 (or someone moved its NodeAddr)
+    p = sync([rec], [own], [node("burst-1", NodeState.ALLOCATED, 8, address="10.0.0.66")])
+    (mm,) = p.mismatches
+    assert (mm.instance_id, mm.node, mm.expected, mm.found) == (
+        "i-1",
+        "burst-1",
+        "10.0.0.11",
+        "10.0.0.66",
+    )
+    assert [(f.node, f.action) for f in p.nodes] == [("burst-1", "drain")]
+    assert "10.0.0.66" in p.nodes[0].reason and "10.0.0.11" in p.nodes[0].reason
+    # already draining: not drained (nor alerted) again
+    p = sync([rec], [own], [node("burst-1", NodeState.DRAINING, 8, address="10.0.0.66")])
+    assert p.mismatches == ()
+    # a stale Slurm view, or slurmctld taking addresses from registrations: no verdict
+    p = sync([rec], [own], [node("burst-1", NodeState.IDLE, address="10.0.0.66")], stale=True)
+    assert p.mismatches == ()
+    p = sync(
+        [rec], [own], [node("burst-1", NodeState.IDLE, address="10.0.0.66")], set_addresses=False
+    )
+    assert p.mismatches == ()
 
 
 def test_join_failures_terminate_and_fail_the_node():

@@ -175,6 +175,12 @@ def test_conf_snippets() -> None:
         capacity_feature("reserved")
     ps = render_power_save(hook_dir="/etc/slurm/burst", resume_timeout_s=900)
     assert "ResumeProgram=/etc/slurm/burst/resume.sh" in ps and "ResumeTimeout=900" in ps
+    # the controller sets NodeAddr: slurmctld must not take it from whoever registers
+    assert "SlurmctldParameters=enable_configless,idle_on_node_suspend\n" in ps
+    stand_in = render_power_save(hook_dir="/h", node_address="registration")
+    assert "SlurmctldParameters=enable_configless,idle_on_node_suspend,cloud_reg_addrs" in stand_in
+    with pytest.raises(ValueError, match="node_address"):
+        render_power_save(hook_dir="/h", node_address="dhcp")
     hook = render_hook_script("resume-fail", provisioner="/opt/p/bin/provisioner", state_dir="/s")
     assert 'exec /opt/p/bin/provisioner slurm resume-fail --state-dir /s "$1"' in hook
 
