@@ -31,6 +31,9 @@ CONFIG = "/etc/gpu-burst/node.json"
 METADATA = os.environ.get("GPU_BURST_METADATA", "http://169.254.169.254")
 MUNGE_KEY = "/etc/munge/munge.key"
 STATE = "/run/gpu-burst/joined.json"
+# Debian's slurmd unit starts only with /etc/slurm/slurm.conf in place
+# (ConditionPathExists); in configless mode the config comes from slurmctld instead.
+SLURMD_DROPIN = "/etc/systemd/system/slurmd.service.d/gpu-burst-configless.conf"
 
 
 def log(msg: str) -> None:
@@ -145,6 +148,10 @@ def main() -> int:
     opts = f"--conf-server {cfg['conf_server']} -N {node}"
     with open("/etc/default/slurmd", "w") as f:
         f.write(f'SLURMD_OPTIONS="{opts}"\n')
+    os.makedirs(os.path.dirname(SLURMD_DROPIN), exist_ok=True)
+    with open(SLURMD_DROPIN, "w") as f:
+        f.write("[Unit]\nConditionPathExists=\n")
+    subprocess.run(["systemctl", "daemon-reload"], check=True)
     subprocess.run(["systemctl", "enable", "--now", "munge"], check=True)
     subprocess.run(["systemctl", "enable", "--now", "slurmd"], check=True)
     return 0
