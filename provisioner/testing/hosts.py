@@ -29,7 +29,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,7 +117,12 @@ class TestHost:
     __test__ = False  # not a pytest class
 
     def __init__(
-        self, spec: HostSpec, root: Path, workdir: Path, sidecar: Sequence[str] = ()
+        self,
+        spec: HostSpec,
+        root: Path,
+        workdir: Path,
+        sidecar: Sequence[str] = (),
+        files: Mapping[str, str] | None = None,
     ) -> None:
         if not FIRST_HOST_OCTET <= spec.octet <= 250:
             raise HostError(f"host octet {spec.octet} is outside {FIRST_HOST_OCTET}..250")
@@ -131,6 +136,9 @@ class TestHost:
         # A program run in the host's namespace (not inside the host): its metadata stand-in.
         self.sidecar = tuple(sidecar)
         self.sidecar_proc: subprocess.Popen[bytes] | None = None
+        # Files placed read-only in the host (path inside -> text): what the test machine
+        # differs in from a VM (e.g. where the test cluster's munged listens), never a secret.
+        self.files = dict(files or {})
 
     # ------------------------------------------------------------------ life
 
@@ -142,6 +150,12 @@ class TestHost:
         self.out.mkdir(exist_ok=True)
         (seed / "meta-data").write_text(_meta_data(self.spec))
         (seed / "user-data").write_text(self.spec.user_data)
+        binds = []
+        for i, (inside, text) in enumerate(sorted(self.files.items())):
+            if not inside.startswith("/"):
+                raise HostError(f"{self.spec.machine}: file path {inside!r} is not absolute")
+            (self.dir / f"file-{i}").write_text(text)
+            binds.append(f"--bind-ro={self.dir / f'file-{i}'}:{inside}")
         try:
             self._namespace_up()
             if self.sidecar:
@@ -172,6 +186,7 @@ class TestHost:
                     f"--network-namespace-path=/run/netns/{self.netns}",
                     f"--bind-ro={seed}:/var/lib/cloud/seed/nocloud",
                     f"--bind={self.out}:/mnt/out",
+                    *binds,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -279,16 +294,18 @@ def hosts(
     root: Path,
     workdir: Path | None = None,
     sidecar: Callable[[HostSpec], Sequence[str]] | None = None,
+    files: Mapping[str, str] | None = None,
 ) -> Iterator[list[TestHost]]:
     """Boot every host of `specs` (in that order) and remove them all afterwards, whatever
-    happened in between. `sidecar(spec)`: a program to run in each host's namespace first."""
+    happened in between. `sidecar(spec)`: a program to run in each host's namespace first;
+    `files`: placed read-only in every host."""
     network_up()
     tmp = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-")) if workdir is None else workdir
     booted: list[TestHost] = []
     try:
         for spec in specs:
             side = sidecar(spec) if sidecar is not None else ()
-            booted.append(TestHost(spec, root, tmp, side).boot())
+            booted.append(TestHost(spec, root, tmp, side, files).boot())
         yield booted
     finally:
         for h in booted:

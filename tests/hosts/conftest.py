@@ -8,11 +8,15 @@ fails these tests there instead of skipping them. Elsewhere they skip, naming wh
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from provisioner.command_runner import SubprocessRunner
 from provisioner.testing import hosts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,3 +67,107 @@ def test_network() -> Iterator[str]:
     left = hosts.clean_leftovers()
     hosts.network_down()
     assert not [x for x in left if not x.startswith("link gbtbr0")], left
+
+
+# --------------------------------------------------------------------------- the test cluster
+
+
+def load_env_sh(path: Path) -> dict[str, str]:
+    found = (
+        re.match(r"^export ([A-Z_][A-Z0-9_]*)=(.*)$", x.strip())
+        for x in path.read_text().splitlines()
+    )
+    return {m.group(1): m.group(2) for m in found if m}
+
+
+SERIES = {"bookworm": "22.05", "trixie": "24.11"}  # a host's slurmd joins a slurmctld as new
+PORT_BASE = {"bookworm": 7017, "trixie": 7117}  # beside the main clusters' 6817 and 6917
+
+
+@dataclass
+class HostCluster:
+    """A real slurmctld for test hosts (scripts/slurm-up.sh BURST_NODES=hosts): it listens on
+    this machine's address on the tests' /24 only, serves its config (configless), takes the
+    test-host root's munge key (a key baked into the image) and declares CLOUD nodes only."""
+
+    suite: str
+    dir: Path
+    env: dict[str, str]
+    runner: SubprocessRunner
+
+    @property
+    def series(self) -> str:
+        return SERIES[self.suite]
+
+    @property
+    def port(self) -> int:
+        return PORT_BASE[self.suite]
+
+    @property
+    def munge_socket(self) -> str:
+        conf = Path(self.env["SLURM_CONF"]).read_text()
+        return next(
+            line.split("socket=", 1)[1].strip()
+            for line in conf.splitlines()
+            if line.startswith("AuthInfo=socket=")
+        )
+
+    def sh(self, *argv: str, timeout: float = 20) -> str:
+        res = self.runner.run(list(argv), timeout_s=timeout)
+        assert res.ok, res.describe()
+        return res.stdout
+
+    def node_addr(self, node: str) -> str:
+        line = self.sh("scontrol", "-o", "show", "node", node)
+        return next(w.split("=", 1)[1] for w in line.split() if w.startswith("NodeAddr="))
+
+    def down(self) -> None:
+        script = REPO / "scripts" / "slurm-down.sh"
+        subprocess.run(["bash", str(script), str(self.dir), "--purge"], capture_output=True)
+
+
+def start_host_cluster(suite: str, n_cloud: int = 2, prefix: str = "cloud-aws") -> HostCluster:
+    """A fresh cluster (state purged) for the hosts of `suite`."""
+    root = host_root(suite)
+    sdir = REPO / ".slurm-hosts" / SERIES[suite]
+    env = dict(os.environ)
+    env.update(
+        SLURM_SERIES=SERIES[suite],
+        BURST_NODES="hosts",
+        N_ONPREM="0",
+        N_CLOUD=str(n_cloud),
+        CLOUD_PREFIX=prefix,
+        CTLD_ADDR=hosts.HOST_ADDRESS,
+        PORT_BASE=str(PORT_BASE[suite]),
+        WITH_REST="0",
+        MUNGE_KEY_FROM=str(root / "etc" / "munge" / "munge.key"),
+        RESUME_TIMEOUT="90",
+    )
+    script = REPO / "scripts"
+    subprocess.run(
+        ["bash", str(script / "slurm-down.sh"), str(sdir), "--purge"], capture_output=True
+    )
+    proc = subprocess.run(
+        ["bash", str(script / "slurm-up.sh"), str(sdir)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"slurm-up.sh (hosts, {SERIES[suite]}) failed:\n{proc.stdout}\n{proc.stderr}")
+    cenv = load_env_sh(sdir / "env.sh")
+    runner = SubprocessRunner(
+        slurm_conf=cenv["SLURM_CONF"], bin_dir=cenv.get("SLURM_BIN_DIR") or None
+    )
+    return HostCluster(suite, sdir, cenv, runner)
+
+
+@pytest.fixture
+def host_cluster(test_network: str, suite: str) -> Iterator[HostCluster]:
+    cluster = start_host_cluster(suite)
+    try:
+        yield cluster
+    finally:
+        cluster.down()
