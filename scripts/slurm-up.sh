@@ -50,6 +50,8 @@
 #              config_overrides). N_ONPREM may be 0.
 #   CTLD_ADDR=127.0.0.1  slurmctld's address (BURST_NODES=hosts: the host's address on the /24)
 #   MUNGE_KEY_FROM=<file>  use this key (a test host root's own, "baked into the image")
+#   CLOUD_REG_ADDRS=0  BURST_NODES=hosts: 1 = slurmctld takes NodeAddr from registrations too
+#              (the mode the controller does not use: its tests show what goes wrong)
 set -euo pipefail
 T_START=$(date +%s%N)
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -218,6 +220,7 @@ SlurmdPidFile=/run/slurmd.pid
 SlurmdLogFile=/var/log/slurm/slurmd.log"
   SLURMD_PARAMS=""; COMM_PARAMS=NoAddrCache,NoCtldInAddrAny
   CTLD_PARAMS=enable_configless,idle_on_node_suspend,power_save_interval=1
+  [ "${CLOUD_REG_ADDRS:-0}" = 1 ] && CTLD_PARAMS=$CTLD_PARAMS,cloud_reg_addrs
 else
   SLURMD_PATHS="SlurmdSpoolDir=$DIR/state/d-%n
 SlurmdPidFile=$DIR/run/slurmd-%n.pid

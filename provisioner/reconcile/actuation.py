@@ -115,18 +115,10 @@ class PassActuation:
                 mm.expected,
             )
             reason = ReasonCode.NODE_ADDRESS_MISMATCH
-            detail = {"node": mm.node, "expected": mm.expected, "found": mm.found, "alert": "true"}
-            self.store.record_decisions(
-                [
-                    Decision(
-                        decision_id(now, reason, mm.node),
-                        reason,
-                        instance=mm.instance_id,
-                        detail=detail,
-                    )
-                ],
-                now,
-            )
+            detail = {"expected": mm.expected, "found": mm.found, "alert": "true"}
+            did = decision_id(now, reason, mm.node)
+            alert = Decision(did, reason, node=mm.node, instance=mm.instance_id, detail=detail)
+            self.store.record_decisions([alert], now)
         for m in sp.moves:
             try:
                 self.store.transition(m.instance_id, m.to, now, m.reason, cloud_ts=m.cloud_ts)

@@ -18,6 +18,7 @@ import pytest
 
 from provisioner.command_runner import SubprocessRunner
 from provisioner.testing import hosts
+from provisioner.testing.moto_faults import FaultyMotoServer
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = {
@@ -121,13 +122,21 @@ class HostCluster:
         line = self.sh("scontrol", "-o", "show", "node", node)
         return next(w.split("=", 1)[1] for w in line.split() if w.startswith("NodeAddr="))
 
-    def down(self) -> None:
+    def down(self, keep_log: Path | None = None) -> None:
+        """Stop and purge; `keep_log`: copy slurmctld's log there first (for a failure's story)."""
+        if keep_log is not None:
+            log = self.dir / "log" / "slurmctld.log"
+            if log.exists():
+                keep_log.write_bytes(log.read_bytes())
         script = REPO / "scripts" / "slurm-down.sh"
         subprocess.run(["bash", str(script), str(self.dir), "--purge"], capture_output=True)
 
 
-def start_host_cluster(suite: str, n_cloud: int = 2, prefix: str = "cloud-aws") -> HostCluster:
-    """A fresh cluster (state purged) for the hosts of `suite`."""
+def start_host_cluster(
+    suite: str, n_cloud: int = 2, prefix: str = "cloud-aws", *, cloud_reg_addrs: bool = False
+) -> HostCluster:
+    """A fresh cluster (state purged) for the hosts of `suite`. `cloud_reg_addrs`: slurmctld
+    takes NodeAddr from registrations (not the controller's mode)."""
     root = host_root(suite)
     sdir = REPO / ".slurm-hosts" / SERIES[suite]
     env = dict(os.environ)
@@ -142,6 +151,7 @@ def start_host_cluster(suite: str, n_cloud: int = 2, prefix: str = "cloud-aws") 
         WITH_REST="0",
         MUNGE_KEY_FROM=str(root / "etc" / "munge" / "munge.key"),
         RESUME_TIMEOUT="90",
+        CLOUD_REG_ADDRS="1" if cloud_reg_addrs else "0",
     )
     script = REPO / "scripts"
     subprocess.run(
@@ -165,9 +175,27 @@ def start_host_cluster(suite: str, n_cloud: int = 2, prefix: str = "cloud-aws") 
 
 
 @pytest.fixture
-def host_cluster(test_network: str, suite: str) -> Iterator[HostCluster]:
+def host_cluster(test_network: str, suite: str, tmp_path: Path) -> Iterator[HostCluster]:
     cluster = start_host_cluster(suite)
     try:
         yield cluster
     finally:
-        cluster.down()
+        cluster.down(keep_log=tmp_path / "slurmctld.log")
+
+
+@pytest.fixture
+def moto_on_test_net(test_network: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """moto's server bound to this machine's address on the tests' /24, never 0.0.0.0."""
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    server = FaultyMotoServer(host=test_network).start()
+    server.reset()
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()

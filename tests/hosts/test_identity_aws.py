@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,31 +19,12 @@ from provisioner.act.retry import cloud_retrying
 from provisioner.act.userdata import NodeBootstrap, render_user_data
 from provisioner.domain.offers import CapacityType
 from provisioner.testing import hosts
-from provisioner.testing.moto_faults import FaultyMotoServer
 from tests.hosts.conftest import host_root
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.aws]
 
 CTL = "burst-ctl"
 REGION = "us-east-1"
-
-
-@pytest.fixture
-def moto_on_test_net(test_network: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """moto's server bound to this machine's address on the tests' /24, never 0.0.0.0."""
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    server = FaultyMotoServer(host=test_network).start()
-    server.reset()
-    try:
-        yield server.endpoint
-    finally:
-        server.stop()
 
 
 def _spec(subnet: str, user_data: str = "") -> PoolSpec:
