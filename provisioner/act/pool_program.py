@@ -20,6 +20,8 @@ import pulumi
 
 from provisioner.act.ports import TAG_SHAPE, PoolSpec, safe_name
 from provisioner.act.shapes import (
+    GCP_SCOPES,
+    aws_instance_profile,
     aws_instance_tags,
     gcp_accelerator_type,
     gcp_template_name,
@@ -79,6 +81,11 @@ def aws_pool(spec: PoolSpec) -> dict[str, pulumi.CustomResource]:
             )
         ],
         instance_market_options=market,
+        iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(
+            **{k.lower(): v for k, v in aws_instance_profile(spec.instance_profile).items()}
+        )
+        if spec.instance_profile
+        else None,
         tag_specifications=[
             aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=instance_tags)
             for kind in ("instance", "volume")
@@ -144,6 +151,11 @@ def gcp_pool(spec: PoolSpec) -> dict[str, pulumi.CustomResource]:
         network_interfaces=[gcp.compute.InstanceTemplateNetworkInterfaceArgs(network=spec.network)],
         labels=dict(spec.tags),
         metadata={"user-data": spec.user_data} if spec.user_data else None,
+        service_account=gcp.compute.InstanceTemplateServiceAccountArgs(
+            email=spec.service_account, scopes=list(GCP_SCOPES)
+        )
+        if spec.service_account
+        else None,
     )
     zones = [gcp_zone_name(z) for z in spec.zones]
     mig = gcp.compute.RegionInstanceGroupManager(

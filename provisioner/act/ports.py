@@ -85,6 +85,10 @@ class PoolSpec:
     project: str = ""  # GCP
     disk_gb: int = 200
     root_device: str = "/dev/sda1"  # AWS: the AMI's root device name
+    # The VM's own identity, what it reads secrets with (never a key in user-data): an IAM
+    # instance profile (AWS, name or ARN) or a service account e-mail (GCP).
+    instance_profile: str = ""
+    service_account: str = ""
 
     def __post_init__(self) -> None:
         if self.cloud not in ("aws", "gcp"):
@@ -139,6 +143,8 @@ class PoolSpec:
             self.root_device,
             self.team,
             self.workload,
+            self.instance_profile,
+            self.service_account,
         )
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 

@@ -56,6 +56,16 @@ def aws_instance_tags(spec: PoolSpec) -> dict[str, str]:
     return {**spec.tags, "Name": spec.group_name}
 
 
+def aws_instance_profile(profile: str) -> dict[str, str]:
+    """An instance profile given by ARN or by name, as the launch template takes it."""
+    return {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
+
+
+# What a VM's service account may use; IAM roles on the account, not scopes, limit it (Google's
+# advice for service accounts: https://cloud.google.com/compute/docs/access/service-accounts).
+GCP_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+
+
 def aws_launch_template_data(spec: PoolSpec) -> dict[str, Any]:
     """LaunchTemplateData for create_launch_template(_version)."""
     tags = aws_tag_list(aws_instance_tags(spec))
@@ -95,6 +105,8 @@ def aws_launch_template_data(spec: PoolSpec) -> dict[str, Any]:
     }
     if spec.user_data:
         data["UserData"] = base64.b64encode(spec.user_data.encode()).decode()
+    if spec.instance_profile:
+        data["IamInstanceProfile"] = aws_instance_profile(spec.instance_profile)
     if spec.spot:
         data["InstanceMarketOptions"] = {
             "MarketType": "spot",
@@ -169,6 +181,8 @@ def gcp_template_body(spec: PoolSpec) -> dict[str, Any]:
         if spec.user_data
         else {},
     }
+    if spec.service_account:
+        props["serviceAccounts"] = [{"email": spec.service_account, "scopes": list(GCP_SCOPES)}]
     return {
         "name": gcp_template_name(spec),
         "description": pool_description(spec),

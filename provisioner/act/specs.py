@@ -60,6 +60,8 @@ def spec_for_offer(
         project=project if pool.cloud == "gcp" else "",
         subnets=tuple(pool.subnets),
         security_groups=tuple(pool.security_groups),
+        instance_profile=pool.instance_profile,
+        service_account=pool.service_account,
     )
     return replace(spec, user_data=user_data(spec)) if user_data is not None else spec
 

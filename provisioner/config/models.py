@@ -126,11 +126,20 @@ class PoolPolicy(Strict):
     # the security groups of its instances (else the VPC's default group).
     subnets: list[str] = Field(default_factory=list)
     security_groups: list[str] = Field(default_factory=list)
+    # The VM's own identity, which reads the pool's secrets (the munge key): an IAM instance
+    # profile (AWS, name or ARN) or a service account e-mail (GCP). Nothing secret is in
+    # user-data, which anyone who may describe the instance can read.
+    instance_profile: str = ""
+    service_account: str = ""
 
     @model_validator(mode="after")
     def _needs_gpu_selector(self) -> PoolPolicy:
         if not self.gpu_model and self.min_gpu_mem_gb is None and not self.instance_types:
             raise InvalidArgument("set gpu_model, min_gpu_mem_gb or instance_types")
+        if self.instance_profile and self.cloud != "aws":
+            raise InvalidArgument(f"instance_profile is AWS's; pool {self.name} is {self.cloud}")
+        if self.service_account and self.cloud != "gcp":
+            raise InvalidArgument(f"service_account is GCP's; pool {self.name} is {self.cloud}")
         return self
 
 

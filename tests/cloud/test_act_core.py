@@ -16,7 +16,12 @@ from provisioner.act.aws import map_client_error
 from provisioner.act.backoff_feed import BackoffSettings, record_error, record_success
 from provisioner.act.ports import COST_TAGS, CloudState, OwnedInstance, request_token, safe_name
 from provisioner.act.retry import cloud_retrying
-from provisioner.act.shapes import aws_launch_template_data, gcp_accelerator_type, gcp_group_body
+from provisioner.act.shapes import (
+    aws_launch_template_data,
+    gcp_accelerator_type,
+    gcp_group_body,
+    gcp_template_body,
+)
 from provisioner.act.specs import NodeImages, pool_specs, spec_for_offer
 from provisioner.act.sweep import SweepReason, plan_sweep
 from provisioner.act.userdata import NodeBootstrap, render_user_data
@@ -71,6 +76,24 @@ def test_launch_template_data_guardrails() -> None:
     assert data["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True
     assert data["NetworkInterfaces"][0]["AssociatePublicIpAddress"] is False
     assert "InstanceMarketOptions" not in data
+    assert "IamInstanceProfile" not in data  # none asked for: the account's default (none)
+
+
+def test_a_pools_vm_identity_is_in_its_launch_template_and_instance_template() -> None:
+    by_name = aws_launch_template_data(aws_spec(instance_profile="burst-node"))
+    assert by_name["IamInstanceProfile"] == {"Name": "burst-node"}
+    arn = "arn:aws:iam::123456789012:instance-profile/burst-node"
+    assert aws_launch_template_data(aws_spec(instance_profile=arn))["IamInstanceProfile"] == {
+        "Arn": arn
+    }
+    sa = "burst-node@burst-proj.iam.gserviceaccount.com"
+    props = gcp_template_body(gcp_spec(service_account=sa))["properties"]
+    assert props["serviceAccounts"] == [
+        {"email": sa, "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}
+    ]
+    assert "serviceAccounts" not in gcp_template_body(gcp_spec())["properties"]
+    # a new identity is a new node shape (a new launch template version, a new template)
+    assert aws_spec(instance_profile="a").shape_hash != aws_spec(instance_profile="b").shape_hash
 
 
 def test_gcp_accelerators_and_group_body() -> None:

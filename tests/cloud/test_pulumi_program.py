@@ -103,6 +103,26 @@ def test_gcp_pool_declares_a_template_and_a_regional_group(pulumi_mocks: Any) ->
 
 
 @pulumi.runtime.test
+def test_a_pools_vm_identity_is_declared_on_both_clouds(pulumi_mocks: Any) -> None:
+    sa = "burst-node@burst-proj.iam.gserviceaccount.com"
+    res = {
+        **build_pool(aws_spec(instance_profile="burst-node")),
+        **{f"g-{k}": v for k, v in build_pool(gcp_spec(service_account=sa)).items()},
+    }
+
+    def check(_: Any) -> None:
+        lt = pulumi_mocks.by_type(LT)[0].inputs
+        assert lt["iamInstanceProfile"] == {"name": "burst-node"}
+        tpl = pulumi_mocks.by_type(TPL)[0].inputs
+        assert tpl["serviceAccount"] == {
+            "email": sa,
+            "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+        }
+
+    return registered(res, check)
+
+
+@pulumi.runtime.test
 def test_on_demand_gcp_pool_is_standard(pulumi_mocks: Any) -> None:
     res = build_pool(gcp_spec(capacity=CapacityType.ON_DEMAND))
 

@@ -40,6 +40,17 @@ def test_shipped_policies_load() -> None:
         ("waiting: {default: {floor_s: 10, cap_s: 5}}", "waiting.default", "must not exceed"),
         ("pools: [{name: a, cloud: aws, regions: [x]}]", "pools[0].name", "pattern"),
         ("colour: blue", "colour", "not permitted"),
+        (
+            "pools: [{name: g-a, cloud: gcp, regions: [x], gpu_model: A100, "
+            "instance_profile: burst-node}]",
+            "pools[0]",
+            "instance_profile is AWS's",
+        ),
+        (
+            "node: {node_address: dhcp}",
+            "node.node_address",
+            "instance",
+        ),
     ],
 )
 def test_bad_policy_names_file_and_field(tmp_path: Path, text: str, field: str, words: str) -> None:
