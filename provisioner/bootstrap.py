@@ -83,8 +83,10 @@ class Settings(BaseSettings):
     slurm_timeout_s: float = Field(default=15.0, gt=0)
     # The Slurm hooks' handoff queue (provisioner slurm resume|suspend|resume-fail)
     state_dir: Path | None = None
-    # `local`: start a real slurmd on this host for each running instance (tests, demos)
-    launcher: Literal["none", "local"] = "none"
+    # `same-host-stand-in`: play each running instance's VM by starting its node's slurmd on
+    # this host (the older Slurm tests and the chaos soak; burst VMs join as hosts of their
+    # own in tests/hosts)
+    launcher: Literal["none", "same-host-stand-in"] = "none"
     launcher_pid_dir: Path | None = None
     launcher_spool_dir: Path | None = None
     aws_endpoint_url: str | None = Field(
@@ -184,16 +186,16 @@ def build_slurm(settings: Settings, clock: Clock, policy: Policy) -> SlurmParts:
         from provisioner.register.power_queue import SqlitePowerRequestQueue
 
         parts.power_queue = SqlitePowerRequestQueue(settings.state_dir)
-    if settings.launcher == "local":
-        from provisioner.register.launcher import LocalSlurmdLauncher
+    if settings.launcher == "same-host-stand-in":
+        from provisioner.register.same_host_stand_in import SameHostSlurmdStandIn
 
         if not settings.slurm_conf:
-            raise ProvisionerError("launcher=local needs SLURM_CONF")
+            raise ProvisionerError("launcher=same-host-stand-in needs SLURM_CONF")
         conf = Path(settings.slurm_conf)
         pid_dir = settings.launcher_pid_dir or conf.parent.parent / "run"
         spool = settings.launcher_spool_dir or conf.parent.parent / "state"
         bin_dir = Path(settings.slurm_bin_dir or "/usr/sbin")
-        parts.launcher = LocalSlurmdLauncher(
+        parts.launcher = SameHostSlurmdStandIn(
             conf, pid_dir, spool_dir=spool, slurmd=str(bin_dir / "slurmd")
         )
     return parts

@@ -19,7 +19,7 @@
 #     partition "cloud"; a job submitted to `-p onprem,cloud` may land there;
 #   * Resume/Suspend/ResumeFailProgram are DIR/bin wrappers that hand the hostlist to
 #     `provisioner slurm resume|suspend|resume-fail` (Slurm-driven mode). Nothing here boots a
-#     node: the provisioner's local launcher (provisioner/register/launcher.py) starts the burst
+#     node: the provisioner's same-host stand-in (provisioner/register/same_host_stand_in.py) starts the burst
 #     node's slurmd, playing the cloud VM. HOOK_MODE=autojoin makes the wrappers start slurmd
 #     themselves instead (manual use without the Python package).
 #
@@ -40,7 +40,7 @@
 #   WITH_REST=1    slurmrestd (22.05: unix:DIR/run/slurmrestd.sock; 24.11: 127.0.0.1:PORT_BASE+3)
 #   HOOK_MODE=provisioner|bridge|autojoin|log   PROVISIONER=<repo>/.venv/bin/provisioner
 #   INSTALL=1      0 = never call apt-get
-#   BURST_NODES=local  the burst nodes' slurmd runs on this host (the local launcher, a stand-in);
+#   BURST_NODES=local  the burst nodes' slurmd runs on this host (the same-host stand-in, a stand-in);
 #              hosts: each burst node is a test host of its own on the tests' /24
 #              (provisioner/testing/hosts.py), joining as a cloud VM does. Then slurmctld listens
 #              on CTLD_ADDR only (CommunicationParameters=NoCtldInAddrAny), the config is served to

@@ -225,7 +225,7 @@ class NodeBootstrap(Strict):
     # learns its node name, and checks it on every pass: a node whose address is not its
     # instance's is drained, with an alert. `registration`: slurmctld takes it from whoever
     # registers (cloud_reg_addrs) and nothing is checked; only for the same-host stand-in
-    # (register/launcher.py), whose instances have no host of their own. docs/slurm.md.
+    # (register/same_host_stand_in.py), whose instances have no host of their own. docs/slurm.md.
     node_address: Literal["instance", "registration"] = "instance"
     join_deadline_s: int = Field(default=600, ge=10)  # how long a VM waits to be named
     # Run on the VM to print the cluster's munge key (e.g. from the cloud's secret store, with

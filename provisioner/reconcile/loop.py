@@ -7,7 +7,7 @@ sync     store <-> cloud <-> Slurm (sync.py): adopt, bind, lifecycle steps, swee
 plan     the pure planner, with spend from the store/ledger, back-off, pause and drained pools
 act      scale-ups (intent first, offer fallback, back-off), partitions for burst jobs,
          drains (power_down_asap), terminations (intent first)
-register boot/stop nodes (local launcher or the demo's cluster), acknowledge Slurm's power
+register boot/stop nodes (same-host stand-in or the demo's cluster), acknowledge Slurm's power
          requests (the observed node states drive the lifecycle)
 account  job usage from the snapshot, the accountant's ledger rows
 ```

@@ -4,7 +4,8 @@
 and acknowledges it once the handler returned. A request whose handler raised stays queued and is
 tried again on the next pass (handlers must therefore be idempotent, as Slurm's own calls are).
 In the full controller the handler creates or terminates cloud instances; in tests and the
-embedded default it is the local launcher (`provisioner.register.launcher.LocalCloudHandler`).
+embedded default it is the same-host stand-in
+(`provisioner.register.same_host_stand_in.SameHostCloudStandIn`).
 """
 
 from __future__ import annotations

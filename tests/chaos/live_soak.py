@@ -240,7 +240,7 @@ class LiveSoak:
                 "PROVISIONER_SLURM_MODE": "cli",
                 "PROVISIONER_SLURM_TIMEOUT_S": str(SLURM_TIMEOUT_S),
                 "PROVISIONER_STATE_DIR": c["PROVISIONER_STATE_DIR"],
-                "PROVISIONER_LAUNCHER": "local",
+                "PROVISIONER_LAUNCHER": "same-host-stand-in",
                 "PROVISIONER_POLICIES": str(self.policies),
                 "PROVISIONER_STORE_URL": self.url,
                 "PROVISIONER_POOL_DRIVER": "sdk",

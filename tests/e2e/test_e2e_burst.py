@@ -77,7 +77,7 @@ def make(cluster: Cluster, moto, tmp_path: Path, clock: ManualClock) -> Controll
         slurm_mode="rest" if cluster.env.get("SLURMRESTD_URL") else "cli",
         slurm_conf=cluster.env["SLURM_CONF"],
         state_dir=cluster.env["PROVISIONER_STATE_DIR"],
-        launcher="local",
+        launcher="same-host-stand-in",
         aws_endpoint_url=moto.endpoint,
         pool_driver="sdk",
         tick_s=0.5,

@@ -26,8 +26,8 @@ from provisioner.domain.nodes import NodeState
 from provisioner.domain.plan import ReasonCode
 from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms, host_files, imds_sidecar, moto_lister
-from tests.hosts.aws_world import REGION, Driver, ec2_client, make_controller, subnet_on_test_net
 from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
+from tests.hosts.join_world import REGION, Driver, ec2_client, make_controller, subnet_on_test_net
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.aws, pytest.mark.slurm, pytest.mark.e2e]
 

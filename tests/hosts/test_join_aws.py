@@ -22,7 +22,8 @@ from provisioner.act.ports import TAG_CONTROLLER
 from provisioner.domain.jobs import JobState
 from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms, host_files, imds_sidecar, moto_lister
-from tests.hosts.aws_world import (
+from tests.hosts.conftest import HostCluster, host_root
+from tests.hosts.join_world import (
     REGION,
     WHOAMI,
     Driver,
@@ -31,7 +32,6 @@ from tests.hosts.aws_world import (
     make_controller,
     subnet_on_test_net,
 )
-from tests.hosts.conftest import HostCluster, host_root
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.aws, pytest.mark.slurm, pytest.mark.e2e]
 

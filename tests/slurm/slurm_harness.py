@@ -29,8 +29,8 @@ from provisioner.domain.nodes import Node, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.observe.slurm.observer import CliSlurmObserver, RestSlurmObserver, RestToken
 from provisioner.register.handoff import HandoffResult, process_power_requests
-from provisioner.register.launcher import LocalCloudHandler, LocalSlurmdLauncher
 from provisioner.register.power_queue import SqlitePowerRequestQueue
+from provisioner.register.same_host_stand_in import SameHostCloudStandIn, SameHostSlurmdStandIn
 from provisioner.register.slurm_control import SlurmControl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,9 +53,9 @@ class Cluster:
     runner: SubprocessRunner
     control: SlurmControl
     observer: CliSlurmObserver
-    launcher: LocalSlurmdLauncher
+    launcher: SameHostSlurmdStandIn
     queue: SqlitePowerRequestQueue
-    handler: LocalCloudHandler
+    handler: SameHostCloudStandIn
     series: str = "22.05"
     rest: RestSlurmObserver | None = None
     clock: SystemClock = field(default_factory=SystemClock)
@@ -213,7 +213,7 @@ def open_cluster(series: str) -> Cluster:
     bin_dir = env.get("SLURM_BIN_DIR") or None
     runner = SubprocessRunner(slurm_conf=env["SLURM_CONF"], bin_dir=bin_dir)
     control = SlurmControl(runner)
-    launcher = LocalSlurmdLauncher(
+    launcher = SameHostSlurmdStandIn(
         env["SLURM_CONF"],
         sdir / "run",
         spool_dir=sdir / "state",
@@ -235,7 +235,7 @@ def open_cluster(series: str) -> Cluster:
         observer=CliSlurmObserver(runner, SystemClock(), timeout_s=15),
         launcher=launcher,
         queue=SqlitePowerRequestQueue(env["PROVISIONER_STATE_DIR"]),
-        handler=LocalCloudHandler(launcher, control),
+        handler=SameHostCloudStandIn(launcher, control),
         series=series,
         rest=rest,
     )

@@ -25,8 +25,8 @@ from provisioner.domain.naming import (
 )
 from provisioner.domain.offers import OfferKey
 from provisioner.register.handoff import process_power_requests
-from provisioner.register.launcher import LocalCloudHandler, LocalSlurmdLauncher
 from provisioner.register.power_queue import PowerAction, SqlitePowerRequestQueue
+from provisioner.register.same_host_stand_in import SameHostCloudStandIn, SameHostSlurmdStandIn
 from provisioner.register.slurm_conf import (
     BurstNodeSet,
     capacity_feature,
@@ -315,7 +315,7 @@ def _fake_slurmd(tmp_path: Path) -> Path:
 
 def test_launcher_starts_once_and_stops_by_pid_file(tmp_path: Path) -> None:
     fake = _fake_slurmd(tmp_path)
-    launcher = LocalSlurmdLauncher(tmp_path / "slurm.conf", tmp_path / "run", slurmd=str(fake))
+    launcher = SameHostSlurmdStandIn(tmp_path / "slurm.conf", tmp_path / "run", slurmd=str(fake))
     launcher._pid = _pid_any(launcher)  # type: ignore[method-assign]
     assert launcher.start("cloud-aws-1") is True
     _wait_for(lambda: launcher.running("cloud-aws-1"))
@@ -328,7 +328,7 @@ def test_launcher_starts_once_and_stops_by_pid_file(tmp_path: Path) -> None:
         _reap(pid)
 
 
-def _pid_any(launcher: LocalSlurmdLauncher):
+def _pid_any(launcher: SameHostSlurmdStandIn):
     """The fake is `sleep`, not `slurmd`: accept any live pid from the pid file."""
     from provisioner.register import launcher as mod
 
@@ -352,7 +352,7 @@ def _wait_for(pred, timeout: float = 10.0) -> None:
 
 
 def _reap(pid: int) -> None:
-    from provisioner.register.launcher import _alive
+    from provisioner.register.same_host_stand_in import _alive
 
     if not _alive(pid):
         raise ProcessLookupError(pid)
@@ -361,13 +361,13 @@ def _reap(pid: int) -> None:
 def test_launcher_refuses_a_pid_that_is_not_that_nodes_slurmd(tmp_path: Path) -> None:
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "slurmd-n-1.pid").write_text(str(os.getpid()))  # pytest, not slurmd
-    launcher = LocalSlurmdLauncher(tmp_path / "slurm.conf", tmp_path / "run")
+    launcher = SameHostSlurmdStandIn(tmp_path / "slurm.conf", tmp_path / "run")
     assert not launcher.running("n-1")
     assert launcher.stop("n-1") is False  # never signals a stranger
 
 
 def test_launcher_sync_follows_instance_states(tmp_path: Path) -> None:
-    class Spy(LocalSlurmdLauncher):
+    class Spy(SameHostSlurmdStandIn):
         def __init__(self) -> None:
             super().__init__("c", tmp_path)
             self.up: set[str] = {"n-3"}
@@ -413,7 +413,7 @@ def test_local_cloud_handler(tmp_path: Path) -> None:
             events.append(f"failed {nodes[0]}: {reason}")
             return ("7",)
 
-    h = LocalCloudHandler(L(), C(), never_join={"n-2"})  # type: ignore[arg-type]
+    h = SameHostCloudStandIn(L(), C(), never_join={"n-2"})  # type: ignore[arg-type]
     h.resume(["n-1", "n-2"])
     h.suspend(["n-1"])
     h.resume_failed(["n-2"])

@@ -1,6 +1,9 @@
-"""The local launcher: plays the cloud VM boot on this host.
+"""The same-host stand-in: plays the cloud VM's boot on the controller's own host.
 
-THIS IS THE ONLY SIMULATED PART of the Slurm integration. On a real cloud VM, cloud-init starts
+A STAND-IN, not the join: burst VMs join as hosts of their own in tests/hosts (each instance
+booted from its user-data, its slurmd joining over the network; docs/slurm.md, "The node
+model"). This one stays for the older live Slurm tests and the chaos soak, where the instance
+has no host. On a real cloud VM, cloud-init starts
 `slurmd` pointed at the controller and the node registers; here, for each instance the cloud
 adapter reports running (moto, the in-memory fake) or each node Slurm asks to resume, the
 launcher starts a real `slurmd -b -N <node>` on this host, and on terminate it stops that slurmd.
@@ -55,7 +58,7 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-class LocalSlurmdLauncher:
+class SameHostSlurmdStandIn:
     def __init__(
         self,
         slurm_conf: Path | str,
@@ -154,14 +157,14 @@ class FailMarker(Protocol):
     def mark_failed(self, nodes: Sequence[str], reason: str) -> tuple[str, ...]: ...
 
 
-class LocalCloudHandler:
+class SameHostCloudStandIn:
     """A `PowerRequestHandler` for Slurm-driven mode with the launcher as the cloud: resume boots
     the node (unless it is in `never_join`, to play an instance that never comes up), suspend
     terminates it, resume-fail marks the node failed in Slurm (jobs requeued) and terminates it."""
 
     def __init__(
         self,
-        launcher: LocalSlurmdLauncher,
+        launcher: SameHostSlurmdStandIn,
         control: FailMarker | None = None,
         *,
         never_join: Collection[str] = (),
