@@ -26,10 +26,11 @@ from provisioner.testing import hosts
 class RunningVm:
     """One running instance as its cloud stand-in records it."""
 
-    instance_id: str
+    instance_id: str  # what the VM's metadata calls it (GCE: the numeric id)
     private_ip: str
-    hostname: str
+    hostname: str  # GCE: the instance's name
     user_data: str
+    zone: str = ""
 
 
 Lister = Callable[[], Sequence[RunningVm]]
@@ -120,6 +121,46 @@ def moto_lister(ec2: Any, controller: str, tag_key: str = "controller") -> Liste
         return out
 
     return listed
+
+
+def gce_lister(fake: Any, project: str) -> Lister:
+    """Running instances in the GCE fake (its own records, read in-process: the hypervisor is
+    part of the stand-in), in creation order."""
+
+    def listed() -> list[RunningVm]:
+        out = []
+        for (zone, name), inst in sorted(
+            list(fake.instances.items()), key=lambda kv: int(kv[1]["id"])
+        ):
+            if inst.get("status") != "RUNNING" or f"/projects/{project}/" not in inst["zone"]:
+                continue
+            items = {i["key"]: i["value"] for i in inst.get("metadata", {}).get("items", [])}
+            ip = inst["networkInterfaces"][0]["networkIP"]
+            out.append(RunningVm(str(inst["id"]), ip, name, items.get("user-data", ""), zone))
+        return out
+
+    return listed
+
+
+def gce_metadata_sidecar(python: str, endpoint: str, project: str) -> Sidecar:
+    """The GCE metadata stand-in for one VM, answering from the GCE fake at `endpoint`."""
+
+    def command(vm: RunningVm) -> list[str]:
+        return [
+            python,
+            "-m",
+            "provisioner.testing.gce_metadata",
+            "--endpoint",
+            endpoint,
+            "--project",
+            project,
+            "--zone",
+            vm.zone,
+            "--instance",
+            vm.hostname,
+        ]
+
+    return command
 
 
 def imds_sidecar(python: str, endpoint: str, region: str) -> Sidecar:

@@ -133,7 +133,12 @@ class HostCluster:
 
 
 def start_host_cluster(
-    suite: str, n_cloud: int = 2, prefix: str = "cloud-aws", *, cloud_reg_addrs: bool = False
+    suite: str,
+    n_cloud: int = 2,
+    prefix: str = "cloud-aws",
+    *,
+    cloud_reg_addrs: bool = False,
+    features: str = "cloud,aws,us-east-1,spot",
 ) -> HostCluster:
     """A fresh cluster (state purged) for the hosts of `suite`. `cloud_reg_addrs`: slurmctld
     takes NodeAddr from registrations (not the controller's mode)."""
@@ -146,6 +151,7 @@ def start_host_cluster(
         N_ONPREM="0",
         N_CLOUD=str(n_cloud),
         CLOUD_PREFIX=prefix,
+        CLOUD_FEATURES=features,
         CTLD_ADDR=hosts.HOST_ADDRESS,
         PORT_BASE=str(PORT_BASE[suite]),
         WITH_REST="0",

@@ -1,6 +1,6 @@
-"""What the AWS join tests on test hosts share: moto on the tests' /24 with a subnet there,
-the real controller pointed at a test-host cluster, and a driver that runs its passes while the
-cloud stand-in's hypervisor boots and removes hosts."""
+"""What the join tests on test hosts share: moto's subnet on the tests' /24, the real controller
+pointed at a test-host cluster (and at moto or the GCE fake), and a driver that runs its passes
+while the cloud stand-in's hypervisor boots and removes hosts."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from provisioner.bootstrap import Controller, build_clouds, build_controller, load_settings
 from provisioner.clock import ManualClock
 from provisioner.config import load_policy
+from provisioner.config.models import PoolPolicy
 from provisioner.domain.instances import InstanceState
 from provisioner.store import Store
 from provisioner.testing import hosts
@@ -54,7 +55,19 @@ def ec2_client(endpoint: str) -> Any:
     )
 
 
-def make_controller(cluster: HostCluster, endpoint: str, subnet: str, tmp: Path) -> Controller:
+def make_controller(
+    cluster: HostCluster,
+    endpoint: str | None,
+    subnet: str,
+    tmp: Path,
+    *,
+    pools: list[PoolPolicy] | None = None,
+    images: dict[str, str] | None = None,
+    gcp: tuple[str, str, Any] | None = None,
+) -> Controller:
+    """The demo Slurm policy's controller, its VMs joining `cluster` by address. AWS: moto at
+    `endpoint`, instances in `subnet`. `pools`/`images` replace the policy's; `gcp`: the GCE
+    fake's endpoint, the project and the credentials to reach it with."""
     base = load_policy(POLICIES)
     node = base.node.model_copy(
         update={
@@ -62,10 +75,13 @@ def make_controller(cluster: HostCluster, endpoint: str, subnet: str, tmp: Path)
             "controller_port": cluster.port,
             "node_address": "instance",
             "join_deadline_s": 120,
+            **({"images": images} if images else {}),
         }
     )
-    pools = [p.model_copy(update={"subnets": [subnet]}) for p in base.pools]
-    policy = base.model_copy(update={"node": node, "pools": pools})
+    chosen = pools if pools is not None else base.pools
+    chosen = [p.model_copy(update={"subnets": [subnet]}) if subnet else p for p in chosen]
+    policy = base.model_copy(update={"node": node, "pools": chosen})
+    gce_endpoint, project, credentials = gcp if gcp else (None, "", None)
     settings = load_settings(
         store_url=f"sqlite:///{tmp / 'controller.sqlite'}",
         policies=POLICIES,
@@ -74,18 +90,21 @@ def make_controller(cluster: HostCluster, endpoint: str, subnet: str, tmp: Path)
         slurm_bin_dir=cluster.env.get("SLURM_BIN_DIR") or None,
         state_dir=cluster.env["PROVISIONER_STATE_DIR"],
         aws_endpoint_url=endpoint,
+        gce_endpoint=gce_endpoint,
+        gcp_project=project,
         pool_driver="sdk",
         tick_s=0.5,
     )
     session = boto3.session.Session(
         aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
     )
+    clouds = build_clouds(settings, policy, aws_session=session, gcp_credentials=credentials)
     return build_controller(
         settings,
         clock=ManualClock(datetime.now(UTC)),
         store=Store(settings.store_url),
         policy=policy,
-        clouds=build_clouds(settings, policy, aws_session=session),
+        clouds=clouds,
     )
 
 
