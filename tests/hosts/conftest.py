@@ -57,6 +57,16 @@ def suite(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(autouse=True)
+def own_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests run their own clusters and clouds: what another suite's session fixtures put
+    in the environment (a live cluster's SLURM_*, its PROVISIONER_SLURM_BIN_DIR pointing at
+    Slurm 24.11's commands) must not reach the controller's settings or slurm-up.sh."""
+    for key in list(os.environ):
+        if key.startswith(("PROVISIONER_", "SLURM")):
+            monkeypatch.delenv(key)
+
+
 @pytest.fixture(scope="session")
 def test_network() -> Iterator[str]:
     """The tests' /24, up for the session; every host, namespace and link removed after."""
