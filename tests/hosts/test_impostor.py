@@ -7,10 +7,10 @@ Measured here:
   the job finishes where it started, and there is nothing to alert on.
 - Slurm 22.05 with `cloud_reg_addrs` (the mode not chosen), and Slurm 24.11 in either mode:
   slurmctld moves NodeAddr to the impostor (24.11 logs nothing about it: it calls
-  `cloud_reg_addrs` defunct and always takes the address from the registration). On its next pass the
-  controller sees the node answering away from its instance: it drains the node, records a
-  `node_address_mismatch` alert naming both addresses, and the instance ends as a drained one
-  does. So on 24.11 the per-pass check, not the address set beforehand, is what holds.
+  `cloud_reg_addrs` defunct and always takes the address from the registration). On its next
+  pass the controller sees the node answering away from its instance: it drains the node,
+  records a `node_address_mismatch` alert naming both addresses, and the instance ends as a
+  drained one does. So on 24.11 the per-pass check, not the address set beforehand, is what holds.
 """
 
 from __future__ import annotations

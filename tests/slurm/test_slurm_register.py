@@ -330,7 +330,7 @@ def test_launcher_starts_once_and_stops_by_pid_file(tmp_path: Path) -> None:
 
 def _pid_any(launcher: SameHostSlurmdStandIn):
     """The fake is `sleep`, not `slurmd`: accept any live pid from the pid file."""
-    from provisioner.register import launcher as mod
+    from provisioner.register import same_host_stand_in as mod
 
     def pid(node: str) -> int | None:
         try:
