@@ -314,6 +314,13 @@ def hosts(
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def clean_leftovers(*, network: bool = True) -> list[str]:
     """Remove every nspawn process, namespace and link a test run left (by `PREFIX`); the
     bridge too unless `network` is False."""
@@ -322,6 +329,13 @@ def clean_leftovers(*, network: bool = True) -> list[str]:
     for line in ps.splitlines():
         pid, _, args = line.strip().partition(" ")
         if args.startswith("systemd-nspawn") and f" -M {PREFIX}-" in args:
+            # The host's PID 1 first: killing nspawn alone leaves the host's systemd (and all
+            # it runs) alive, reparented to this machine's init. Killing a PID namespace's
+            # init ends every process in it.
+            for init in _children(int(pid)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(init, signal.SIGKILL)
+                removed.append(f"host init {init}")
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
             removed.append(f"process {pid}")

@@ -7,6 +7,7 @@ import http.server
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,3 +143,39 @@ def test_clean_leftovers_removes_what_a_killed_run_left(test_network: str) -> No
     assert socket.if_nameindex()  # the machine's own links are untouched
     names = {name for _, name in socket.if_nameindex()}
     assert "gbtv99" not in names and "gbtp99" not in names
+
+
+def test_clean_leftovers_ends_a_left_hosts_own_processes_too(
+    test_network: str, tmp_path: Path
+) -> None:
+    """A run killed mid-test leaves nspawn running; killing nspawn alone would leave the host's
+    systemd and everything it started alive, reparented to this machine's init."""
+    root = host_root("bookworm")
+    spec = hosts.HostSpec("i-left", "left", 98, "#cloud-config\n{}\n")
+    host = hosts.TestHost(spec, root, tmp_path).boot()
+    init = host._poll(
+        "a host init", lambda: str(host.init_pid()) if _has_init(host) else "", 30, 0.1
+    )
+    removed = hosts.clean_leftovers(network=False)
+    assert f"host init {init}" in removed
+    deadline = time.monotonic() + 10
+    while _alive(int(init)):  # a real process ending: poll with a deadline
+        assert time.monotonic() < deadline, f"the host's init {init} outlived clean_leftovers"
+        time.sleep(0.1)
+    host.proc = None  # already gone; nothing left to stop
+
+
+def _has_init(host: hosts.TestHost) -> bool:
+    try:
+        host.init_pid()
+    except hosts.HostError:
+        return False
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
