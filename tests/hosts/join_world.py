@@ -18,6 +18,7 @@ from provisioner.clock import ManualClock
 from provisioner.config import load_policy
 from provisioner.config.models import PoolPolicy
 from provisioner.domain.instances import InstanceState
+from provisioner.domain.jobs import JobState
 from provisioner.store import Store
 from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms
@@ -151,3 +152,35 @@ def subnet_on_test_net(ec2: Any) -> str:
         VpcId=vpc, CidrBlock=f"{hosts.SUBNET}.0/24", AvailabilityZone=f"{REGION}a"
     )
     return str(sub["Subnet"]["SubnetId"])
+
+
+class WhoamiJobs:
+    """Two 8-GPU jobs running `script` (it prints what its host says it is), and Slurm's NodeAddr
+    for each job's node, read while the job runs: where slurmctld sends that job's work."""
+
+    def __init__(self, c: Controller, cluster: HostCluster, script_text: str) -> None:
+        self.c = c
+        self.cluster = cluster
+        script = cluster.dir / "jobs" / "whoami.sh"
+        script.parent.mkdir(exist_ok=True)
+        script.write_text(script_text)
+        self.ids = [
+            cluster.sh(
+                "sbatch", "--parsable", "-p", "cloud", "--gres=gpu:8", "-t", "5",
+                "--chdir=/tmp", "-o", "/tmp/job-%j.out", str(script),
+            ).strip().split(";")[0]
+            for _ in "12"
+        ]  # fmt: skip
+        self.addr_of: dict[str, str] = {}
+
+    def done(self) -> dict[str, tuple[str, ...]] | None:
+        """job id -> its nodes once both completed (None before), noting NodeAddr meanwhile."""
+        snap = self.c.reconciler.last_snapshot
+        by_id = {j.job_id: j for j in snap.jobs} if snap else {}
+        for j in by_id.values():
+            if j.job_id in self.ids and j.state is JobState.RUNNING:
+                for n in j.nodes:
+                    self.addr_of[n] = self.cluster.node_addr(n)
+        if all(j in by_id and by_id[j].state is JobState.COMPLETED for j in self.ids):
+            return {j: by_id[j].nodes for j in self.ids}
+        return None

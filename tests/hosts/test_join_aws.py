@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from provisioner.act.ports import TAG_CONTROLLER
-from provisioner.domain.jobs import JobState
 from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms, host_files, imds_sidecar, moto_lister
 from tests.hosts.conftest import HostCluster, host_root
@@ -28,6 +27,7 @@ from tests.hosts.join_world import (
     WHOAMI,
     Driver,
     S,
+    WhoamiJobs,
     ec2_client,
     make_controller,
     subnet_on_test_net,
@@ -54,33 +54,10 @@ def test_two_vms_join_as_their_own_nodes_run_jobs_and_leave(
         newest_first=order == "reversed",
     )
     drive = Driver(c, vms)
-    script = host_cluster.dir / "jobs" / "whoami.sh"
-    script.parent.mkdir(exist_ok=True)
-    script.write_text(WHOAMI)
     try:
-        jobs = [
-            host_cluster.sh(
-                "sbatch", "--parsable", "-p", "cloud", "--gres=gpu:8", "-t", "5",
-                "--chdir=/tmp", "-o", "/tmp/job-%j.out", str(script),
-            ).strip().split(";")[0]
-            for _ in "12"
-        ]  # fmt: skip
-
-        # Slurm's NodeAddr for each job's node, read while the job runs (or just ran)
-        addr_of: dict[str, str] = {}
-
-        def done() -> dict[str, tuple[str, ...]] | None:
-            snap = c.reconciler.last_snapshot
-            by_id = {j.job_id: j for j in snap.jobs} if snap else {}
-            for j in by_id.values():
-                if j.job_id in jobs and j.state is JobState.RUNNING:
-                    for n in j.nodes:  # the address slurmctld sends the running job's work to
-                        addr_of[n] = host_cluster.node_addr(n)
-            if all(j in by_id and by_id[j].state is JobState.COMPLETED for j in jobs):
-                return {j: by_id[j].nodes for j in jobs}
-            return None
-
-        ran_on = drive.until("both jobs to complete on burst nodes", done, 240)
+        watch = WhoamiJobs(c, host_cluster, WHOAMI)
+        jobs, addr_of = watch.ids, watch.addr_of
+        ran_on = drive.until("both jobs to complete on burst nodes", watch.done, 240)
         assert len({n for nodes in ran_on.values() for n in nodes}) == 2, ran_on
 
         # What each job printed, found on whichever host ran it: its own metadata's answer.

@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 
 from provisioner.config.models import PoolPolicy
-from provisioner.domain.jobs import JobState
 from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms, gce_lister, gce_metadata_sidecar, host_files
 from provisioner.testing.fake_gce import FakeGCE
 from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
-from tests.hosts.join_world import Driver, S, make_controller
+from tests.hosts.join_world import Driver, S, WhoamiJobs, make_controller
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.gcp, pytest.mark.slurm, pytest.mark.e2e]
 
@@ -90,31 +89,10 @@ def test_two_gce_vms_join_as_their_own_nodes_run_jobs_and_leave(
         newest_first=True,
     )
     drive = Driver(c, vms)
-    script = gcp_cluster.dir / "jobs" / "whoami.sh"
-    script.parent.mkdir(exist_ok=True)
-    script.write_text(WHOAMI)
     try:
-        jobs = [
-            gcp_cluster.sh(
-                "sbatch", "--parsable", "-p", "cloud", "--gres=gpu:8", "-t", "5",
-                "--chdir=/tmp", "-o", "/tmp/job-%j.out", str(script),
-            ).strip().split(";")[0]
-            for _ in "12"
-        ]  # fmt: skip
-        addr_of: dict[str, str] = {}
-
-        def done() -> dict[str, tuple[str, ...]] | None:
-            snap = c.reconciler.last_snapshot
-            by_id = {j.job_id: j for j in snap.jobs} if snap else {}
-            for j in by_id.values():
-                if j.job_id in jobs and j.state is JobState.RUNNING:
-                    for n in j.nodes:
-                        addr_of[n] = gcp_cluster.node_addr(n)
-            if all(j in by_id and by_id[j].state is JobState.COMPLETED for j in jobs):
-                return {j: by_id[j].nodes for j in jobs}
-            return None
-
-        ran_on = drive.until("both jobs to complete on GCE burst nodes", done, 240)
+        watch = WhoamiJobs(c, gcp_cluster, WHOAMI)
+        jobs, addr_of = watch.ids, watch.addr_of
+        ran_on = drive.until("both jobs to complete on GCE burst nodes", watch.done, 240)
         printed = {}
         for h in vms.running.values():
             for j in jobs:
