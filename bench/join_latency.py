@@ -40,7 +40,7 @@ from provisioner.testing.cloud_vms import (  # noqa: E402
     imds_sidecar,
     moto_lister,
 )
-from provisioner.testing.moto_faults import FaultyMotoServer  # noqa: E402
+from provisioner.testing.moto_faults import TEST_CREDENTIALS, FaultyMotoServer  # noqa: E402
 from tests.hosts.conftest import ROOTS, SERIES, start_host_cluster  # noqa: E402
 from tests.hosts.join_world import (  # noqa: E402
     REGION,
@@ -167,9 +167,7 @@ def main() -> None:
     args = ap.parse_args()
     figures: dict[str, object] = {"rounds": args.rounds, "nodes": args.nodes}
     # moto's test credentials, for this process and the metadata stand-ins it starts
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION=REGION
-    )
+    os.environ.update(TEST_CREDENTIALS)
     os.environ.pop("AWS_PROFILE", None)
     hosts.clean_leftovers()
     hosts.network_up()

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
@@ -319,6 +319,29 @@ def _handler_on(state: _State, base: type[Any]) -> type[Any]:
             return str(super().date_time_string(timestamp))
 
     return Handler
+
+
+# The credentials and region every client of the stand-in uses (moto accepts any key unless
+# IAM enforcement is on); AWS_PROFILE is dropped so no profile of the machine overrides them.
+TEST_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+class EnvPatch(Protocol):
+    """What `use_test_credentials` needs of pytest's monkeypatch."""
+
+    def setenv(self, name: str, value: str) -> None: ...
+
+    def delenv(self, name: str, raising: bool = ...) -> None: ...
+
+
+def use_test_credentials(env: EnvPatch) -> None:
+    for k, v in TEST_CREDENTIALS.items():
+        env.setenv(k, v)
+    env.delenv("AWS_PROFILE", raising=False)
 
 
 class FaultyMotoServer:

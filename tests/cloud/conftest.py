@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from cloud_helpers import AwsEnv, GcpEnv, fast_retrying
 
+from provisioner.testing.moto_faults import use_test_credentials
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # google-api-core announces the end of its Python 3.11 support on import; not our concern here
@@ -50,14 +52,8 @@ def aws(moto_server: Any, aws_clients: Any, monkeypatch: pytest.MonkeyPatch) -> 
     from provisioner.act.aws import AwsCapacity, AwsPoolDriver
 
     moto_server.reset()
-    for k, v in {
-        "AWS_ENDPOINT_URL": moto_server.endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    use_test_credentials(monkeypatch)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server.endpoint)
     clients = aws_clients
     retrying = fast_retrying()
     return AwsEnv(

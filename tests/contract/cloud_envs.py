@@ -30,6 +30,7 @@ from provisioner.domain.errors import (
     TransientError,
 )
 from provisioner.domain.offers import CapacityType
+from provisioner.testing.moto_faults import use_test_credentials
 
 CONTROLLER = "contract-ctl"
 OTHER_CONTROLLER = "contract-other"
@@ -128,13 +129,7 @@ def aws_env(server: Any, monkeypatch: pytest.MonkeyPatch) -> CloudEnv:
     from provisioner.act.aws import AwsCapacity, AwsClients, AwsPoolDriver
 
     server.reset()
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    use_test_credentials(monkeypatch)
     clients = AwsClients(server.endpoint)
     ec2, asg = clients.ec2("us-east-1"), clients.autoscaling("us-east-1")
 

@@ -18,7 +18,7 @@ import pytest
 
 from provisioner.command_runner import SubprocessRunner
 from provisioner.testing import hosts
-from provisioner.testing.moto_faults import FaultyMotoServer
+from provisioner.testing.moto_faults import FaultyMotoServer, use_test_credentials
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = {
@@ -202,13 +202,7 @@ def host_cluster(test_network: str, suite: str, tmp_path: Path) -> Iterator[Host
 @pytest.fixture
 def moto_on_test_net(test_network: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """moto's server bound to this machine's address on the tests' /24, never 0.0.0.0."""
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    use_test_credentials(monkeypatch)
     server = FaultyMotoServer(host=test_network).start()
     server.reset()
     try:
