@@ -14,6 +14,7 @@ from provisioner.domain.records import StoredInstance
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.reconcile.cloud_stamps import CloudStamps
 from provisioner.reconcile.sync_model import (
+    POWERED_OFF,
     TERMINABLE,
     AddressMismatch,
     Adopt,
@@ -28,15 +29,7 @@ from provisioner.reconcile.sync_model import (
 from provisioner.reconcile.sync_records import owned_from_record
 
 # Nodes already on their way out of service: an address mismatch on one is not drained again.
-_OUT_OF_SERVICE = frozenset(
-    {
-        NodeState.DRAINING,
-        NodeState.DRAINED,
-        NodeState.DOWN,
-        NodeState.POWERING_DOWN,
-        NodeState.POWERED_DOWN,
-    }
-)
+_OUT_OF_SERVICE = POWERED_OFF | {NodeState.DRAINING, NodeState.DRAINED, NodeState.DOWN}
 
 
 def busy_nodes(snap: ClusterSnapshot) -> frozenset[str]:
