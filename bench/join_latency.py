@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from provisioner.act.ports import TAG_CONTROLLER  # noqa: E402
 from provisioner.clock import ManualClock  # noqa: E402
+from provisioner.domain.nodes import NodeState  # noqa: E402
 from provisioner.testing import hosts  # noqa: E402
 from provisioner.testing.cloud_vms import (  # noqa: E402
     CloudVms,
@@ -52,25 +53,7 @@ from tests.hosts.join_world import (  # noqa: E402
 JOB = "#!/bin/sh\nsleep 1\n"
 
 
-def node_states(cluster) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    out = cluster.sh("scontrol", "-o", "show", "node")
-    states = {}
-    for line in out.splitlines():
-        kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
-        states[kv.get("NodeName", "")] = kv.get("State", "")
-    return states
-
-
-def joined(state: str) -> bool:
-    words = set(state.rstrip("*").split("+"))
-    return not words & {"POWERING_UP", "POWERED_DOWN", "NOT_RESPONDING", "DOWN"} and bool(
-        words & {"IDLE", "ALLOCATED", "MIXED"}
-    )
-
-
-def powered_down(state: str) -> bool:
-    words = set(state.rstrip("*").split("+"))
-    return "POWERED_DOWN" in words and "POWERING_DOWN" not in words
+JOINED = frozenset({NodeState.IDLE, NodeState.MIXED, NodeState.ALLOCATED})
 
 
 def run_suite(suite: str, rounds: int, nodes: int, work: Path) -> list[float]:
@@ -116,7 +99,7 @@ def run_suite(suite: str, rounds: int, nodes: int, work: Path) -> list[float]:
             deadline = time.monotonic() + 240
             while len(seen) < nodes:
                 step()
-                states = node_states(cluster)
+                states = {name: n.state for name, n in cluster.nodes().items()}
                 for si in c.store.instances():
                     inst = si.instance
                     if (
@@ -124,7 +107,7 @@ def run_suite(suite: str, rounds: int, nodes: int, work: Path) -> list[float]:
                         and inst.instance_id not in seen
                         and not inst.state.terminal
                         and inst.node_name
-                        and joined(states.get(inst.node_name, ""))
+                        and states.get(inst.node_name) in JOINED
                     ):
                         seen[inst.instance_id] = time.monotonic() - booted_at[inst.instance_id]
                 if time.monotonic() > deadline:
@@ -145,7 +128,7 @@ def run_suite(suite: str, rounds: int, nodes: int, work: Path) -> list[float]:
             while (
                 vms.running
                 or any(not si.instance.state.terminal for si in c.store.instances())
-                or any(not powered_down(s) for s in node_states(cluster).values())
+                or any(n.state is not NodeState.POWERED_DOWN for n in cluster.nodes().values())
             ):
                 step()
                 if time.monotonic() > deadline:

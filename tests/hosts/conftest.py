@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from provisioner.command_runner import SubprocessRunner
+from provisioner.domain.nodes import Node
+from provisioner.observe.slurm.parse import parse_scontrol_nodes
 from provisioner.testing import hosts
 from provisioner.testing.moto_faults import FaultyMotoServer, use_test_credentials
 
@@ -128,9 +130,12 @@ class HostCluster:
         assert res.ok, res.describe()
         return res.stdout
 
+    def nodes(self) -> dict[str, Node]:
+        """Slurm's nodes now, read by the controller's own parser."""
+        return {n.name: n for n in parse_scontrol_nodes(self.sh("scontrol", "-o", "show", "node"))}
+
     def node_addr(self, node: str) -> str:
-        line = self.sh("scontrol", "-o", "show", "node", node)
-        return next(w.split("=", 1)[1] for w in line.split() if w.startswith("NodeAddr="))
+        return self.nodes()[node].address
 
     def down(self, keep_log: Path | None = None) -> None:
         """Stop and purge; `keep_log`: copy slurmctld's log there first (for a failure's story)."""
