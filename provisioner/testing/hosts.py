@@ -321,14 +321,27 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _processes() -> Iterator[tuple[int, list[str]]]:
+    """Every process's pid and argv, from /proc: `ps` cuts its lines to $COLUMNS when set."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # ended meanwhile
+            continue
+        args = [a.decode(errors="replace") for a in argv if a]
+        if args:
+            yield int(entry.name), args
+
+
 def clean_leftovers(*, network: bool = True) -> list[str]:
     """Remove every nspawn process, namespace and link a test run left (by `PREFIX`); the
     bridge too unless `network` is False."""
     removed: list[str] = []
-    ps = _run("ps", "-eo", "pid=,args=", check=False).stdout
-    for line in ps.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        if args.startswith("systemd-nspawn") and f" -M {PREFIX}-" in args:
+    for pid, argv in _processes():
+        machine = argv[argv.index("-M") + 1] if "-M" in argv[:-1] else ""
+        if Path(argv[0]).name == "systemd-nspawn" and machine.startswith(f"{PREFIX}-"):
             # The host's PID 1 first: killing nspawn alone leaves the host's systemd (and all
             # it runs) alive, reparented to this machine's init. Killing a PID namespace's
             # init ends every process in it.
@@ -337,7 +350,7 @@ def clean_leftovers(*, network: bool = True) -> list[str]:
                     os.kill(init, signal.SIGKILL)
                 removed.append(f"host init {init}")
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             removed.append(f"process {pid}")
     for line in _run("ip", "netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""

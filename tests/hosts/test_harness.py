@@ -114,7 +114,8 @@ def test_two_hosts_boot_from_their_own_seeds_and_leave_nothing(
     assert not {s.machine for s in specs} & _netns()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "gbtv21" not in links and "gbtv22" not in links
-    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+    # -ww: ps cuts its lines to $COLUMNS when that is set, which would hide "-M gbt-h21".
+    ps = subprocess.run(["ps", "-eww", "-o", "args="], capture_output=True, text=True).stdout
     assert "-M gbt-h21" not in ps and "-M gbt-h22" not in ps
 
 
