@@ -19,12 +19,17 @@ What it learnt is written to /run/gpu-burst/joined.json. Exit status 0 once slur
 
 from __future__ import annotations
 
+import base64
+import datetime
+import hashlib
+import hmac
 import json
 import os
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 CONFIG = "/etc/gpu-burst/node.json"
@@ -61,6 +66,9 @@ class Aws:
         )
         self.headers = {"X-aws-ec2-metadata-token": token or ""}
 
+    def get(self, path: str) -> str | None:
+        return get(path, self.headers)
+
     def instance_id(self) -> str | None:
         return get("/latest/meta-data/instance-id", self.headers)
 
@@ -87,6 +95,88 @@ class Gcp:
         return get(f"/computeMetadata/v1/instance/attributes/{key}", self.headers)
 
 
+# --------------------------------------------------------------------------- secrets
+# The munge key comes from the cloud's secret store, read with this instance's own identity
+# (its instance profile's role / its service account), never from user-data.
+
+
+def aws_credentials(meta: Aws) -> dict[str, str]:
+    """The instance profile role's temporary credentials, from IMDS."""
+    base = "/latest/meta-data/iam/security-credentials/"
+    role = meta.get(base)
+    if not role:
+        raise SystemExit("gpu-burst-join: this instance has no instance profile (no role in IMDS)")
+    doc = json.loads(meta.get(base + role.splitlines()[0]) or "{}")
+    return {k: str(doc[k]) for k in ("AccessKeyId", "SecretAccessKey", "Token")}
+
+
+def sigv4(
+    creds: dict[str, str],
+    region: str,
+    service: str,
+    host: str,
+    headers: dict[str, str],
+    body: bytes,
+    now: datetime.datetime | None = None,
+) -> dict[str, str]:
+    """Signature Version 4 for a POST to `/` (AWS's JSON protocols), as AWS documents it
+    (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_sigv-create-signed-request.html)."""
+    t = now or datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 (runs on 3.9)
+    amz_date, day = t.strftime("%Y%m%dT%H%M%SZ"), t.strftime("%Y%m%d")
+    signed = {**{k.lower(): v for k, v in headers.items()}, "host": host, "x-amz-date": amz_date}
+    if creds.get("Token"):
+        signed["x-amz-security-token"] = creds["Token"]
+    names = sorted(signed)
+    canonical = "\n".join(
+        [
+            "POST",
+            "/",
+            "",
+            "".join(f"{n}:{signed[n].strip()}\n" for n in names),
+            ";".join(names),
+            hashlib.sha256(body).hexdigest(),
+        ]
+    )
+    scope = f"{day}/{region}/{service}/aws4_request"
+    to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    key = ("AWS4" + creds["SecretAccessKey"]).encode()
+    for part in (day, region, service, "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    sig = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    auth = (
+        f"AWS4-HMAC-SHA256 Credential={creds['AccessKeyId']}/{scope}, "
+        f"SignedHeaders={';'.join(names)}, Signature={sig}"
+    )
+    return {**signed, "authorization": auth}
+
+
+def ssm_parameter(endpoint: str, region: str, name: str, creds: dict[str, str]) -> bytes:
+    """A SecureString parameter's value (the munge key, base64), decrypted, read with `creds`."""
+    body = json.dumps({"Name": name, "WithDecryption": True}).encode()
+    host = urllib.parse.urlparse(endpoint).netloc
+    headers = sigv4(
+        creds,
+        region,
+        "ssm",
+        host,
+        {
+            "content-type": "application/x-amz-json-1.1",
+            "x-amz-target": "AmazonSSM.GetParameter",
+        },
+        body,
+    )
+    req = urllib.request.Request(endpoint + "/", data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            value = json.load(resp)["Parameter"]["Value"]
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:300]
+        raise SystemExit(f"gpu-burst-join: SSM GetParameter {name}: {exc.code} {detail}") from None
+    return base64.b64decode(value)
+
+
 def wait_for_node(meta: Aws | Gcp, key: str, deadline_s: float, poll_s: float) -> str:
     end = time.monotonic() + deadline_s
     while True:
@@ -102,20 +192,34 @@ def wait_for_node(meta: Aws | Gcp, key: str, deadline_s: float, poll_s: float) -
         time.sleep(poll_s)
 
 
-def install_munge_key(command: str) -> None:
-    if not command:  # the image holds the key
-        if not os.path.exists(MUNGE_KEY) or os.path.getsize(MUNGE_KEY) == 0:
-            raise SystemExit("gpu-burst-join: no munge key in the image and no command for one")
-        return
-    key = subprocess.run(["/bin/sh", "-c", command], capture_output=True, check=True).stdout
+def write_munge_key(key: bytes, where: str) -> None:
     if len(key) < 32:
-        raise SystemExit(f"gpu-burst-join: the munge key command printed {len(key)} bytes")
+        raise SystemExit(f"gpu-burst-join: the munge key from {where} has {len(key)} bytes")
     tmp = MUNGE_KEY + ".new"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
     with os.fdopen(fd, "wb") as f:
         f.write(key)
     subprocess.run(["chown", "munge:munge", tmp], check=True)
     os.replace(tmp, MUNGE_KEY)  # never a half-written or empty key in place
+
+
+def install_munge_key(cfg: dict, meta: Aws | Gcp) -> None:  # type: ignore[type-arg]
+    """The key from the cloud's secret store (read with this instance's own identity), from
+    a command, or already in the image."""
+    source = cfg.get("munge_key") or {}
+    if source.get("source") == "ssm" and isinstance(meta, Aws):
+        key = ssm_parameter(
+            source["endpoint"], source["region"], source["name"], aws_credentials(meta)
+        )
+        write_munge_key(key, f"SSM parameter {source['name']}")
+        return
+    command = cfg.get("munge_key_command", "")
+    if not command:  # the image holds the key
+        if not os.path.exists(MUNGE_KEY) or os.path.getsize(MUNGE_KEY) == 0:
+            raise SystemExit("gpu-burst-join: no munge key in the image and no command for one")
+        return
+    key = subprocess.run(["/bin/sh", "-c", command], capture_output=True, check=True).stdout
+    write_munge_key(key, "the munge key command")
 
 
 def connect(cloud: str, deadline_s: float, poll_s: float) -> Aws | Gcp:
@@ -144,7 +248,7 @@ def main() -> int:
     os.makedirs(os.path.dirname(STATE), exist_ok=True)
     with open(STATE, "w") as f:
         json.dump({"instance_id": instance_id, "node": node, "address": meta.address()}, f)
-    install_munge_key(cfg.get("munge_key_command", ""))
+    install_munge_key(cfg, meta)
     opts = f"--conf-server {cfg['conf_server']} -N {node}"
     with open("/etc/default/slurmd", "w") as f:
         f.write(f'SLURMD_OPTIONS="{opts}"\n')

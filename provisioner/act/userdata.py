@@ -39,6 +39,8 @@ class NodeBootstrap:
     controller_port: int = 6817
     # Prints the cluster's munge key on the VM; "" when the image already holds the key.
     munge_key_command: str = ""
+    munge_key_parameter: str = ""  # AWS: SSM parameter read with the instance's role
+    ssm_endpoint: str = ""  # "" = the region's public SSM endpoint
     join_deadline_s: int = 600  # how long the VM waits to be named before it gives up
     template_path: Path | None = None
 
@@ -49,9 +51,24 @@ def bootstrap_from(node: NodeBootstrapPolicy, template_path: Path | None = None)
         controller_host=node.controller_host,
         controller_port=node.controller_port,
         munge_key_command=node.munge_key_command,
+        munge_key_parameter=node.munge_key_parameter,
+        ssm_endpoint=node.ssm_endpoint,
         join_deadline_s=node.join_deadline_s,
         template_path=template_path,
     )
+
+
+def munge_key_source(spec: PoolSpec, boot: NodeBootstrap) -> dict[str, str]:
+    """Where the VM reads its munge key with its own identity (nothing secret: a name)."""
+    if spec.cloud == "aws" and boot.munge_key_parameter:
+        endpoint = boot.ssm_endpoint or f"https://ssm.{spec.region}.amazonaws.com"
+        return {
+            "source": "ssm",
+            "name": boot.munge_key_parameter,
+            "region": spec.region,
+            "endpoint": endpoint,
+        }
+    return {}
 
 
 def node_settings(spec: PoolSpec, boot: NodeBootstrap) -> dict[str, Any]:
@@ -62,6 +79,7 @@ def node_settings(spec: PoolSpec, boot: NodeBootstrap) -> dict[str, Any]:
         "node_key": NODE_KEY,
         "join_deadline_s": boot.join_deadline_s,
         "munge_key_command": boot.munge_key_command,
+        "munge_key": munge_key_source(spec, boot),
         "controller": spec.controller,
         "pool": spec.pool,
         "group": spec.group_name,

@@ -231,6 +231,11 @@ class NodeBootstrap(Strict):
     # Run on the VM to print the cluster's munge key (e.g. from the cloud's secret store, with
     # the instance's own role); "" when the image already holds /etc/munge/munge.key.
     munge_key_command: str = ""
+    # AWS pools: the SSM parameter (SecureString, the key base64) the VM reads its munge key
+    # from with its instance profile's role; wins over munge_key_command. `ssm_endpoint`:
+    # where the VM reaches SSM ("" = https://ssm.<region>.amazonaws.com).
+    munge_key_parameter: str = ""
+    ssm_endpoint: str = ""
     images: dict[str, str] = Field(default_factory=dict)  # "aws" or "aws/us-east-1" -> image
     gcp_project: str = ""
 

@@ -435,6 +435,25 @@ def test_user_data_is_data_that_names_the_controller_and_runs_the_join_program(
     assert "-Z" not in text and "slurmd -N" not in text.replace("slurmd -N <node>", "")
 
 
+def test_an_aws_vm_is_told_which_ssm_parameter_holds_its_munge_key_never_the_key() -> None:
+    from provisioner.act.userdata import node_settings
+
+    boot = NodeBootstrap(controller_host="h", munge_key_parameter="/gpu-burst/ctl/munge-key")
+    aws = node_settings(aws_spec(), boot)
+    assert aws["munge_key"] == {
+        "source": "ssm",
+        "name": "/gpu-burst/ctl/munge-key",
+        "region": "us-east-1",
+        "endpoint": "https://ssm.us-east-1.amazonaws.com",
+    }
+    local = NodeBootstrap(
+        controller_host="h", munge_key_parameter="/k", ssm_endpoint="http://10.77.0.1:5000"
+    )
+    assert node_settings(aws_spec(), local)["munge_key"]["endpoint"] == "http://10.77.0.1:5000"
+    assert node_settings(gcp_spec(), boot)["munge_key"] == {}  # AWS's store only
+    assert node_settings(aws_spec(), NodeBootstrap(controller_host="h"))["munge_key"] == {}
+
+
 def test_a_user_data_cloud_init_would_refuse_is_refused_naming_the_field(tmp_path: Path) -> None:
     from provisioner.act.userdata import check_user_data
     from provisioner.domain.errors import InvalidArgument
