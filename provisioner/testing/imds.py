@@ -13,6 +13,10 @@ configuring-instance-metadata-service.html, .../work-with-tags-in-IMDS.html):
   required);
 - `/latest/meta-data/tags/instance/<key>` is 404 until the tag exists, and only when the
   instance has instance metadata tags on (its launch template's InstanceMetadataTags);
+- `/latest/meta-data/iam/security-credentials/` names the role of the instance's profile, and
+  `.../<role>` gives that role's temporary credentials (the stand-in assumes the role for the
+  instance with sts:AssumeRole, as EC2 does; with moto's IAM enforcement on, the VM's requests
+  are then authorised by that role's policy);
 - a missing path is 404.
 Simplified: only the paths the node bootstrap reads; tokens never expire; no IMDSv1 fallback,
 no hop limit (there is no container in between). moto does not copy a launch template's
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import json
 import secrets
 from typing import Any
 
@@ -33,26 +38,67 @@ TOKEN_TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 TOKEN_HEADER = "X-aws-ec2-metadata-token"
 
 
+CREDENTIALS = "/latest/meta-data/iam/security-credentials/"
+
+
 class Imds:
-    def __init__(self, ec2: Any, autoscaling: Any, instance_id: str) -> None:
+    def __init__(
+        self, ec2: Any, autoscaling: Any, instance_id: str, iam: Any = None, sts: Any = None
+    ) -> None:
         self.ec2 = ec2
         self.autoscaling = autoscaling
+        self.iam = iam
+        self.sts = sts
         self.instance_id = instance_id
         self.tokens: set[str] = set()
 
-    def tags_enabled(self, inst: dict[str, Any]) -> bool:
-        if inst.get("MetadataOptions", {}).get("InstanceMetadataTags") == "enabled":
-            return True
+    def _template_data(self) -> dict[str, Any]:
+        """The launch template data the instance's group launched it with (moto applies
+        neither its MetadataOptions nor its IamInstanceProfile to the group's instances; AWS
+        applies both)."""
         found = self.autoscaling.describe_auto_scaling_instances(InstanceIds=[self.instance_id])
         members = found["AutoScalingInstances"]
         template = members[0].get("LaunchTemplate") if members else None
         if not template:
-            return False
+            return {}
         versions = self.ec2.describe_launch_template_versions(
             LaunchTemplateId=template["LaunchTemplateId"], Versions=["$Default"]
         )["LaunchTemplateVersions"]
-        data = versions[0]["LaunchTemplateData"] if versions else {}
+        return dict(versions[0]["LaunchTemplateData"]) if versions else {}
+
+    def tags_enabled(self, inst: dict[str, Any]) -> bool:
+        if inst.get("MetadataOptions", {}).get("InstanceMetadataTags") == "enabled":
+            return True
+        data = self._template_data()
         return bool(data.get("MetadataOptions", {}).get("InstanceMetadataTags") == "enabled")
+
+    def role(self) -> str | None:
+        """The role of the instance's profile (by name or ARN in the launch template)."""
+        profile = self._template_data().get("IamInstanceProfile") or {}
+        name = profile.get("Name") or str(profile.get("Arn", "")).rsplit("/", 1)[-1]
+        if not name or self.iam is None:
+            return None
+        roles = self.iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]
+        return str(roles[0]["RoleName"]) if roles else None
+
+    def credentials(self, role: str) -> str | None:
+        """The role's temporary credentials, as EC2 hands them to an instance of its profile
+        (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-data-categories.html):
+        the stand-in assumes the role for the instance, as EC2 does."""
+        if role != self.role() or self.sts is None:
+            return None
+        arn = self.iam.get_role(RoleName=role)["Role"]["Arn"]
+        c = self.sts.assume_role(RoleArn=arn, RoleSessionName=self.instance_id)["Credentials"]
+        return json.dumps(
+            {
+                "Code": "Success",
+                "Type": "AWS-HMAC",
+                "AccessKeyId": c["AccessKeyId"],
+                "SecretAccessKey": c["SecretAccessKey"],
+                "Token": c["SessionToken"],
+                "Expiration": c["Expiration"].isoformat(),
+            }
+        )
 
     def _instance(self) -> dict[str, Any]:
         res = self.ec2.describe_instances(InstanceIds=[self.instance_id])["Reservations"]
@@ -65,6 +111,10 @@ class Imds:
             return self.instance_id
         if path == "/latest/meta-data/local-ipv4":
             return str(inst.get("PrivateIpAddress", ""))
+        if path == CREDENTIALS:
+            return self.role()
+        if path.startswith(CREDENTIALS):
+            return self.credentials(path[len(CREDENTIALS) :])
         if path.startswith("/latest/meta-data/tags/instance/"):
             tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
             value = tags.get(path.rsplit("/", 1)[1]) if self.tags_enabled(inst) else None
@@ -103,7 +153,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     ec2 = boto3.client("ec2", region_name=args.region, endpoint_url=args.endpoint)
     asg = boto3.client("autoscaling", region_name=args.region, endpoint_url=args.endpoint)
-    serve(handler_for(Imds(ec2, asg, args.instance)), args.bind, args.port)
+    iam = boto3.client("iam", region_name=args.region, endpoint_url=args.endpoint)
+    sts = boto3.client("sts", region_name=args.region, endpoint_url=args.endpoint)
+    serve(handler_for(Imds(ec2, asg, args.instance, iam, sts)), args.bind, args.port)
 
 
 if __name__ == "__main__":

@@ -154,6 +154,7 @@ def start_host_cluster(
     *,
     cloud_reg_addrs: bool = False,
     features: str = "cloud,aws,us-east-1,spot",
+    munge_key: Path | None = None,
 ) -> HostCluster:
     """A fresh cluster (state purged) for the hosts of `suite`. `cloud_reg_addrs`: slurmctld
     takes NodeAddr from registrations (not the controller's mode)."""
@@ -170,7 +171,8 @@ def start_host_cluster(
         CTLD_ADDR=hosts.HOST_ADDRESS,
         PORT_BASE=str(PORT_BASE[suite]),
         WITH_REST="0",
-        MUNGE_KEY_FROM=str(root / "etc" / "munge" / "munge.key"),
+        # the image's own key (a key baked into the image), unless the test hands out another
+        MUNGE_KEY_FROM=str(munge_key or root / "etc" / "munge" / "munge.key"),
         RESUME_TIMEOUT="90",
         CLOUD_REG_ADDRS="1" if cloud_reg_addrs else "0",
     )

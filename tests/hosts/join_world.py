@@ -22,6 +22,7 @@ from provisioner.domain.jobs import JobState
 from provisioner.store import Store
 from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms
+from provisioner.testing.moto_faults import TEST_CREDENTIALS
 from tests.hosts.conftest import HostCluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,13 +47,21 @@ sleep 2
 """
 
 
-def ec2_client(endpoint: str) -> Any:
+# moto's stand-in keys: any key passes while its IAM enforcement is off
+MOTO_KEYS = (TEST_CREDENTIALS["AWS_ACCESS_KEY_ID"], TEST_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+
+
+def ec2_client(endpoint: str, keys: tuple[str, str] = MOTO_KEYS) -> Any:
+    return aws_client("ec2", endpoint, keys)
+
+
+def aws_client(service: str, endpoint: str, keys: tuple[str, str] = MOTO_KEYS) -> Any:
     return boto3.client(
-        "ec2",
+        service,
         endpoint_url=endpoint,
         region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
+        aws_access_key_id=keys[0],
+        aws_secret_access_key=keys[1],
     )
 
 
@@ -65,6 +74,8 @@ def make_controller(
     pools: list[PoolPolicy] | None = None,
     images: dict[str, str] | None = None,
     gcp: tuple[str, str, Any] | None = None,
+    node: dict[str, Any] | None = None,
+    aws_keys: tuple[str, str] = MOTO_KEYS,
 ) -> Controller:
     """The demo Slurm policy's controller, its VMs joining `cluster` by address. AWS: moto at
     `endpoint`, instances in `subnet`. `pools`/`images` replace the policy's; `gcp`: the GCE
@@ -77,6 +88,7 @@ def make_controller(
             "node_address": "instance",
             "join_deadline_s": 120,
             **({"images": images} if images else {}),
+            **(node or {}),
         }
     )
     chosen = pools if pools is not None else base.pools
@@ -97,7 +109,7 @@ def make_controller(
         tick_s=0.5,
     )
     session = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
+        aws_access_key_id=aws_keys[0], aws_secret_access_key=aws_keys[1], region_name=REGION
     )
     clouds = build_clouds(settings, policy, aws_session=session, gcp_credentials=credentials)
     return build_controller(

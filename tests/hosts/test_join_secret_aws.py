@@ -1,0 +1,201 @@
+"""The munge key reaches a burst VM from SSM Parameter Store, read with the VM's own identity,
+never from user-data or the image: the test cluster's key is a fresh one, not the key baked into
+the test-host root, so a node that joins proves it read the parameter.
+
+moto's server runs in a process of its own on the tests' /24 with IAM enforcement on
+(INITIAL_NO_AUTH_ACTION_COUNT): the controller and the metadata stand-ins act as an
+administrator; the VM's requests carry its instance profile role's credentials, which its
+metadata stand-in hands out as EC2 does, and moto checks their signature and the role's policy.
+
+- The pool's role may read the parameter: the VM joins and runs the job.
+- Another pool's role may not (no ssm:GetParameter): SSM answers AccessDenied, the VM gets no
+  key and no node, and the controller ends the instance at its join timeout.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.act.ports import TAG_CONTROLLER
+from provisioner.domain.jobs import JobState
+from provisioner.testing import hosts
+from provisioner.testing.cloud_vms import CloudVms, host_files, imds_sidecar, moto_lister
+from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
+from tests.hosts.join_world import REGION, Driver, S, aws_client, make_controller
+
+pytestmark = [pytest.mark.testhosts, pytest.mark.aws, pytest.mark.slurm, pytest.mark.e2e]
+
+PARAM = "/gpu-burst/burst-local/cloud-aws/munge-key"
+ACCOUNT = "123456789012"  # moto's
+
+
+@pytest.fixture
+def enforcing_moto(
+    test_network: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, tuple[str, str]]]:
+    """moto in its own process on the /24, IAM enforced after the first three calls (which
+    make the administrator); the environment carries the administrator's keys (for the
+    metadata stand-ins this process starts)."""
+    with socket.socket() as s:
+        s.bind((test_network, 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", test_network, "-p", str(port)],
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://{test_network}:{port}"
+    deadline = time.monotonic() + 30
+    while True:  # a real server starting: poll with a deadline
+        try:
+            socket.create_connection((test_network, port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail("moto.server did not start")
+            time.sleep(0.1)
+    try:
+        iam = aws_client("iam", endpoint)
+        iam.create_user(UserName="admin")
+        everything = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+        }
+        iam.put_user_policy(
+            UserName="admin", PolicyName="admin", PolicyDocument=json.dumps(everything)
+        )
+        k = iam.create_access_key(UserName="admin")["AccessKey"]
+        keys = (k["AccessKeyId"], k["SecretAccessKey"])
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys[0])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys[1])
+        monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+        monkeypatch.delenv("AWS_PROFILE", raising=False)
+        yield endpoint, keys
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def node_profile(endpoint: str, keys: tuple[str, str], name: str, action: str) -> str:
+    """An instance profile whose role may do `action` (moto evaluates non-S3 actions against
+    resource "*" only, so the grant is on "*"; the field policy names the parameter)."""
+    iam = aws_client("iam", endpoint, keys)
+    principal = {"Service": "ec2.amazonaws.com", "AWS": f"arn:aws:iam::{ACCOUNT}:user/admin"}
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}],
+    }
+    iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))
+    grant = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": action, "Resource": "*"}],
+    }
+    iam.put_role_policy(RoleName=name, PolicyName="node", PolicyDocument=json.dumps(grant))
+    iam.create_instance_profile(InstanceProfileName=name)
+    iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
+    return name
+
+
+@pytest.fixture
+def fresh_key_cluster(
+    test_network: str, suite: str, tmp_path: Path
+) -> Iterator[tuple[HostCluster, bytes]]:
+    key = secrets.token_bytes(1024)
+    (tmp_path / "munge.key").write_bytes(key)
+    cluster = start_host_cluster(suite, munge_key=tmp_path / "munge.key")
+    try:
+        yield cluster, key
+    finally:
+        cluster.down(keep_log=tmp_path / "slurmctld.log")
+
+
+@pytest.mark.parametrize("role", ["may-read", "may-not-read"])
+def test_the_vm_reads_its_munge_key_with_its_own_role_or_gets_no_node(
+    fresh_key_cluster: tuple[HostCluster, bytes],
+    enforcing_moto: tuple[str, tuple[str, str]],
+    tmp_path: Path,
+    suite: str,
+    role: str,
+) -> None:
+    cluster, key = fresh_key_cluster
+    endpoint, keys = enforcing_moto
+    root = host_root(suite)
+    assert (root / "etc" / "munge" / "munge.key").read_bytes() != key  # not the image's key
+    aws_client("ssm", endpoint, keys).put_parameter(
+        Name=PARAM, Value=base64.b64encode(key).decode(), Type="SecureString"
+    )
+    action = "ssm:GetParameter" if role == "may-read" else "ec2:DescribeInstances"
+    profile = node_profile(endpoint, keys, f"cloud-aws-{role}", action)
+    ec2 = aws_client("ec2", endpoint, keys)
+    vpc = ec2.create_vpc(CidrBlock=f"{hosts.SUBNET}.0/24")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(
+        VpcId=vpc, CidrBlock=f"{hosts.SUBNET}.0/24", AvailabilityZone=f"{REGION}a"
+    )["Subnet"]["SubnetId"]
+    from provisioner.config import load_policy
+    from tests.hosts.join_world import POLICIES
+
+    pools = [
+        p.model_copy(update={"instance_profile": profile}) for p in load_policy(POLICIES).pools
+    ]
+    c = make_controller(
+        cluster,
+        endpoint,
+        subnet,
+        tmp_path,
+        pools=pools,
+        node={"munge_key_parameter": PARAM, "ssm_endpoint": endpoint},
+        aws_keys=keys,
+    )
+    vms = CloudVms(
+        root,
+        tmp_path / "vms",
+        moto_lister(ec2, c.policy.controller, TAG_CONTROLLER),
+        imds_sidecar(sys.executable, endpoint, REGION),
+        files=host_files(root, cluster.munge_socket, gpus=8),
+    )
+    drive = Driver(c, vms)
+    try:
+        job = cluster.sh(
+            "sbatch", "--parsable", "-p", "cloud", "--gres=gpu:8", "-t", "5",
+            "--chdir=/tmp", "-o", "/dev/null", "--wrap", "true",
+        ).strip().split(";")[0]  # fmt: skip
+
+        def job_state() -> Any:
+            snap = c.reconciler.last_snapshot
+            j = next((j for j in snap.jobs if j.job_id == job), None) if snap else None
+            return j.state if j is not None else None
+
+        if role == "may-read":
+            drive.until("the job to complete", lambda: job_state() is JobState.COMPLETED, 180)
+            (vm,) = vms.booted
+            got = vms.running[vm].exec("sha256sum", "/etc/munge/munge.key").stdout.split()[0]
+            import hashlib
+
+            assert got == hashlib.sha256(key).hexdigest()
+        else:
+
+            def ended() -> bool:
+                recs = [si.instance for si in c.store.instances()]
+                return bool(recs) and all(r.state.terminal for r in recs)
+
+            drive.until("the instance to end at its join timeout", ended, 180)
+            assert job_state() is not JobState.COMPLETED
+            reasons = [t.reason for si in c.store.instances() for t in si.instance.history]
+            assert any("join" in r for r in reasons), reasons
+            assert {si.instance.state for si in c.store.instances()} <= {S.TERMINATED, S.FAILED}
+    finally:
+        vms.close()
