@@ -114,5 +114,18 @@ class AuthError(CloudError):
     """Credentials are missing or denied. Never retried; an operator must act."""
 
 
+class LaunchError(CloudError):
+    """The cloud took the request, then failed the launch for a reason of no finer class (its
+    text is kept as given). Back off the offer: asking again every pass only repeats it."""
+
+    backoff_offer = True
+
+
+class LaunchSpecError(LaunchError):
+    """The cloud refused what the launch asks for: an image that does not exist, an invalid
+    parameter, a configuration it does not support. Waiting for capacity cannot help; an
+    operator must change the pool."""
+
+
 class NotFoundError(CloudError):
     """The resource does not exist (already gone). Callers usually treat it as done."""

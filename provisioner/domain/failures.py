@@ -10,6 +10,8 @@ from provisioner.domain.errors import (
     AuthError,
     CapacityError,
     CloudError,
+    LaunchError,
+    LaunchSpecError,
     NotFoundError,
     QuotaError,
     ThrottlingError,
@@ -25,6 +27,8 @@ class ErrorCategory(StrEnum):
     TRANSIENT = "transient"
     AUTH = "auth"
     NOT_FOUND = "not_found"
+    LAUNCH = "launch"  # the cloud failed a launch it had taken, for a reason of no finer class
+    LAUNCH_SPEC = "launch_spec"  # the cloud refused the launch's image, parameters or shape
     ERROR = "error"  # a cloud error of no finer class
     CONFIG = "config"  # failed before any cloud call: no cloud port, no boot image
     RECOVER = "recover"  # settled by recovery after a crash
@@ -32,7 +36,12 @@ class ErrorCategory(StrEnum):
     @property
     def backs_off(self) -> bool:
         """The offer itself is the problem: the next pass tries another one."""
-        return self in (ErrorCategory.CAPACITY, ErrorCategory.QUOTA)
+        return self in (
+            ErrorCategory.CAPACITY,
+            ErrorCategory.QUOTA,
+            ErrorCategory.LAUNCH,
+            ErrorCategory.LAUNCH_SPEC,
+        )
 
     @classmethod
     def parse(cls, raw: str | None) -> ErrorCategory | None:
@@ -53,6 +62,8 @@ _CLASSES: tuple[tuple[type[CloudError], ErrorCategory], ...] = (
     (TransientError, ErrorCategory.TRANSIENT),
     (AuthError, ErrorCategory.AUTH),
     (NotFoundError, ErrorCategory.NOT_FOUND),
+    (LaunchSpecError, ErrorCategory.LAUNCH_SPEC),  # before its base class
+    (LaunchError, ErrorCategory.LAUNCH),
 )
 
 

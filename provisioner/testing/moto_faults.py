@@ -8,12 +8,19 @@ moto 5 has no error-injection API for EC2 or Auto Scaling, so this module adds t
   request out first and its answer is dropped (apply-then-drop: a response lost on the way back).
 * **Capacity pools**: how many instances of a type a region can still launch. EC2's real semantics
   follow: `RunInstances` below `MinCount` fails with `InsufficientInstanceCapacity`; an auto scaling
-  group launches what fits and stays below its desired size, and `DescribeScalingActivities` then
-  reports a `Failed` launch activity for it, as AWS does (moto itself always answers that call
-  empty). This is done by wrapping moto's in-process EC2 backend while the server runs.
+  group launches what fits and stays below its desired size. This is done by wrapping moto's
+  in-process EC2 backend while the server runs.
+* **Launch errors** (`set_launch_error`): every launch of a type in a region fails with one of
+  AWS's documented reasons (capacity, spot capacity, vCPU quota, a missing image, an invalid
+  parameter, a denied permission or KMS key); see `asg_activities.LAUNCH_ERRORS`.
+* **Scaling activities** (`asg_activities`): each launch of a group, successful or failed, is
+  kept as an activity stamped on the stand-in's clock and answered newest first, as AWS keeps
+  them (moto itself answers `DescribeScalingActivities` empty). `set_result_delay` makes every
+  outcome arrive that many seconds late (`InProgress` until then), as a real group's does.
 
-Control it from Python (`add_fault`, `set_capacity`, `reset`) or over HTTP:
-`POST /_faults` (a fault as JSON, or `{"capacity": {...}}`), `DELETE /_faults`, `GET /_faults`.
+Control it from Python (`add_fault`, `set_capacity`, `set_launch_error`, `set_result_delay`,
+`reset`) or over HTTP: `POST /_faults` (a fault as JSON, or `{"capacity": {...}}`),
+`DELETE /_faults`, `GET /_faults`.
 
 **The cloud's own clock** (`use_clock`): a real cloud stamps launches, terminations and its
 answers' `Date` header on its clock, not the caller's. moto stamps them on the wall clock; with a
@@ -42,6 +49,8 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
+from provisioner.testing.asg_activities import LAUNCH_ERRORS, ActivityLog
+
 _EC2_ERR = (
     '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code>'
     "<Message>{msg}</Message></Error></Errors><RequestID>{rid}</RequestID></Response>"
@@ -50,20 +59,15 @@ _QUERY_ERR = (
     "<ErrorResponse><Error><Type>{type}</Type><Code>{code}</Code><Message>{msg}</Message>"
     "</Error><RequestId>{rid}</RequestId></ErrorResponse>"
 )
-_ACTIVITY = (
-    "<member><ActivityId>{aid}</ActivityId><AutoScalingGroupName>{group}</AutoScalingGroupName>"
-    "<Description>Launching a new EC2 instance.  Status Reason: {msg}</Description>"
-    "<Cause>At {ts} an instance was started in response to a difference between desired and "
-    "actual capacity.</Cause><StartTime>{ts}</StartTime><EndTime>{ts}</EndTime>"
-    "<StatusCode>Failed</StatusCode><StatusMessage>{msg}</StatusMessage><Progress>100</Progress>"
-    "</member>"
-)
-_ACTIVITIES = (
-    '<DescribeScalingActivitiesResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/">'
-    "<DescribeScalingActivitiesResult><Activities>{members}</Activities>"
-    "</DescribeScalingActivitiesResult><ResponseMetadata><RequestId>{rid}</RequestId>"
-    "</ResponseMetadata></DescribeScalingActivitiesResponse>"
-)
+# the error code EC2's RunInstances answers each launch-error kind with
+_EC2_CODES = {
+    "capacity": "InsufficientInstanceCapacity",
+    "spot_capacity": "InsufficientInstanceCapacity",
+    "vcpu_quota": "VcpuLimitExceeded",
+    "image": "InvalidAMIID.NotFound",
+    "parameter": "InvalidParameterValue",
+    "permission": "UnauthorizedOperation",
+}
 ASG_NAME_TAG = "aws:autoscaling:groupName"
 CloudClock = Callable[[], datetime]  # a cloud's own clock (aware UTC)
 
@@ -100,11 +104,16 @@ class _State:
     faults: list[Fault] = field(default_factory=list)
     hits: dict[str, int] = field(default_factory=dict)
     capacity: dict[tuple[str, str], int] = field(default_factory=dict)
-    failed_launches: dict[str, list[str]] = field(default_factory=dict)  # group -> messages
+    # (region, instance type) -> the kind of launch error every launch of it meets
+    launch_errors: dict[tuple[str, str], str] = field(default_factory=dict)
+    activities: ActivityLog = field(default_factory=ActivityLog)
     lock: threading.RLock = field(default_factory=threading.RLock)
     # set while a `hold_s` answer is being held (a caller is mid cloud call)
     holding: threading.Event = field(default_factory=threading.Event)
     clock: Callable[[], datetime] | None = None  # the cloud's clock (None: the wall clock)
+
+    def now(self) -> datetime:
+        return self.clock() if self.clock else datetime.now(UTC)
 
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -141,9 +150,9 @@ class FaultMiddleware:
                     break
             if held is None and action == "DescribeScalingActivities":
                 group = params.get("AutoScalingGroupName", "")
-                msgs = list(self.state.failed_launches.get(group, ()))
-                if msgs:
-                    return _xml(start_response, 200, _activities(group, msgs, self.state.clock))
+                if self.state.activities.of(group):
+                    body = self.state.activities.answer(group, self.state.now)
+                    return _xml(start_response, 200, body)
         if held is not None:
             self.state.holding.set()
             try:
@@ -204,23 +213,13 @@ def _xml(
     return [raw]
 
 
-def _activities(group: str, messages: list[str], clock: CloudClock | None = None) -> str:
-    ts = (
-        (clock() if clock else datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-    )
-    members = "".join(
-        _ACTIVITY.format(aid=uuid.uuid4(), group=escape(group), msg=escape(m), ts=ts)
-        for m in reversed(messages)
-    )
-    return _ACTIVITIES.format(members=members, rid=uuid.uuid4())
-
-
 def _clear(state: _State) -> None:
     with state.lock:
         state.faults.clear()
         state.hits.clear()
         state.capacity.clear()
-        state.failed_launches.clear()
+        state.launch_errors.clear()
+        state.activities.clear()
 
 
 class _CapacityPatch:
@@ -239,8 +238,9 @@ class _CapacityPatch:
         orig = InstanceBackend.run_instances
         state = self.state
 
-        class InsufficientInstanceCapacity(EC2ClientError):
-            code = "InsufficientInstanceCapacity"
+        class LaunchRefused(EC2ClientError):
+            def __init__(self, code: str, message: str) -> None:
+                super().__init__(code, message)
 
         def run_instances(
             backend: Any,
@@ -257,20 +257,30 @@ class _CapacityPatch:
             key = (backend.region_name, itype)
             group = (kwargs.get("tags") or {}).get("instance", {}).get(ASG_NAME_TAG)
             with state.lock:
+                at = state.now()
+                kind = state.launch_errors.get(key)
+                if group is None and kind == "kms":
+                    kind = None  # a group-launch switch (RunInstances answers it later, not here)
                 left = state.capacity.get(key)
-                if left is not None:
-                    msg = (
-                        f"We currently do not have sufficient {itype} capacity in the "
-                        f"Availability Zone you requested ({kwargs.get('placement') or ''})."
+                if kind is None and left is not None and left < count:
+                    kind = "capacity"
+                launch = count if kind is None else min(count, left or 0)
+                if kind is not None:
+                    msg = LAUNCH_ERRORS[kind].format(
+                        type=itype, zone=kwargs.get("placement") or "", image=image_id
                     )
-                    launch = min(count, left)
                     if group is None and launch < count:  # RunInstances: all of MinCount or none
-                        raise InsufficientInstanceCapacity(msg)
-                    if launch < count and group is not None:
-                        state.failed_launches.setdefault(group, []).append(msg)
+                        raise LaunchRefused(_EC2_CODES[kind], msg)
+                    for _ in range(count - launch):
+                        state.activities.failed(group, at, msg)
+                if left is not None:
                     state.capacity[key] = left - launch
-                    count = launch
-            return orig(backend, image_id, count, user_data, security_group_names, **kwargs)
+            out = orig(backend, image_id, launch, user_data, security_group_names, **kwargs)
+            if group is not None:
+                with state.lock:
+                    for inst in getattr(out, "instances", []):
+                        state.activities.launched(group, at, inst.id)
+            return out
 
         InstanceBackend.run_instances = run_instances  # type: ignore[method-assign,assignment]
         self._orig = orig
@@ -399,6 +409,23 @@ class FaultyMotoServer:
         """From now on `region` can launch only `count` more `instance_type` instances."""
         with self.state.lock:
             self.state.capacity[(region, instance_type)] = count
+
+    def set_launch_error(self, region: str, instance_type: str, kind: str | None) -> None:
+        """From now on every launch of `instance_type` in `region` fails with AWS's message for
+        `kind` (a key of `LAUNCH_ERRORS`; None: launches succeed again)."""
+        if kind is not None and kind not in LAUNCH_ERRORS:
+            raise ValueError(f"launch error kind {kind!r}: not one of {sorted(LAUNCH_ERRORS)}")
+        with self.state.lock:
+            if kind is None:
+                self.state.launch_errors.pop((region, instance_type), None)
+            else:
+                self.state.launch_errors[(region, instance_type)] = kind
+
+    def set_result_delay(self, seconds: float) -> None:
+        """Every launch's outcome is reported this long after it started (the stand-in's
+        clock): `InProgress` until then, as a real group's is for tens of seconds."""
+        with self.state.lock:
+            self.state.activities.result_delay_s = seconds
 
     def hits(self, action: str) -> int:
         with self.state.lock:
