@@ -9,6 +9,7 @@ message text.
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 
 from tenacity import Retrying
 
+from provisioner.act.aws_activities import request_failure
 from provisioner.act.ports import (
     NODE_KEY,
     TAG_CONTROLLER,
@@ -397,6 +399,8 @@ class AwsCapacity(_AwsBase):
     ) -> None:
         super().__init__(clients, retrying)
         self.regions = tuple(regions)
+        # (region, group) -> the cloud's time of this process's latest resize of it
+        self._asked: dict[tuple[str, str], datetime] = {}
 
     @property
     def account(self) -> str:
@@ -452,8 +456,7 @@ class AwsCapacity(_AwsBase):
         return GroupStatus(exists=True, desired=desired, launched=launched, failure=failure)
 
     def _launch_failure(self, spec: PoolSpec) -> CloudError | None:
-        """A failed launch activity since the last successful one. AWS reports the reason only as
-        text (StatusMessage), so the failure is classed as capacity from the status code alone."""
+        """The failure AWS reported for the group's latest resize (see aws_activities)."""
         asg = self.clients.autoscaling(spec.region)
         acts = self._call(
             asg.describe_scaling_activities,
@@ -461,18 +464,8 @@ class AwsCapacity(_AwsBase):
             AutoScalingGroupName=spec.group_name,
             MaxRecords=20,
         ).get("Activities", [])
-        acts = sorted(acts, key=lambda a: a.get("StartTime") or 0, reverse=True)
-        for act in acts:
-            status = act.get("StatusCode")
-            if status == "Successful":
-                return None
-            if status == "Failed":
-                return CapacityError(
-                    f"aws: launch failed in {spec.group_name}: {act.get('StatusMessage', '')}",
-                    code="ScalingActivityFailed",
-                    offer=str(spec.offer),
-                )
-        return None
+        since = self._asked.get((spec.region, spec.group_name))
+        return request_failure(acts, spec.group_name, since=since, offer=str(spec.offer))
 
     def resize(self, spec: PoolSpec, target: int, token: str) -> None:
         """SetDesiredCapacity is absolute, so it is idempotent without a token; the decision that
@@ -484,13 +477,18 @@ class AwsCapacity(_AwsBase):
         decision_tag = [t for t in aws_group_tags(spec) if t["Key"] == "decision"]
         self._call(asg.create_or_update_tags, offer, Tags=decision_tag)
         log.info("resize %s to %d (token %s)", spec.group_name, target, token)
-        self._call(
+        answer = self._call(
             asg.set_desired_capacity,
             offer,
             AutoScalingGroupName=spec.group_name,
             DesiredCapacity=target,
             HonorCooldown=False,
         )
+        # When AWS took the request, on its own clock: only activities from then on are its
+        # outcome (an earlier request's failure stays listed for weeks).
+        asked = _answer_date(answer)
+        if asked is not None:
+            self._asked[(spec.region, spec.group_name)] = asked
 
     def name_node(self, instance: OwnedInstance, node: str) -> None:
         ec2 = self.clients.ec2(instance.region)
@@ -569,6 +567,16 @@ def _watch(client: Any, probe: ClockProbe) -> None:
 
     client.meta.events.register("before-call", before)
     client.meta.events.register("after-call", after)
+
+
+def _answer_date(answer: Any) -> datetime | None:
+    """The `Date` header of a boto3 answer (the cloud's clock), or None."""
+    headers = (answer or {}).get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    raw = str(headers.get("date") or "")
+    try:
+        return email.utils.parsedate_to_datetime(raw).astimezone(UTC) if raw else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _owned(inst: dict[str, Any], region: str) -> OwnedInstance:

@@ -340,3 +340,28 @@ def test_an_instance_the_cloud_terminated_is_listed_with_its_end_time(aws: AwsEn
     # cut to the second by EC2: the end of that second, the latest it can have stopped
     assert gone.ended_ts == expected.timestamp() + 1.0
     assert terminate_instance(gone, "d-release", aws.capacity) is None  # no error either
+
+
+def test_a_quota_or_image_failure_moves_on_and_is_not_called_capacity(aws: AwsEnv) -> None:
+    """AWS gives a failed launch's reason only as text. A vCPU quota and a missing image are
+    backed off (asking again cannot help) under their own category, and the next offer fills."""
+    from provisioner.domain.errors import LaunchSpecError
+    from provisioner.domain.failures import ErrorCategory, category_of
+
+    aws.server.set_launch_error("us-east-1", "p5.48xlarge", "vcpu_quota")
+    aws.server.set_launch_error("us-east-1", "p5e.48xlarge", "image")
+    p5, p5e, p4d = aws_spec("p5.48xlarge"), aws_spec("p5e.48xlarge"), aws_spec("p4d.24xlarge")
+    out = scale_up_with_fallback(
+        [p5, p5e, p4d], 2, ports=ports(aws), backoff=Backoff(), now_ts=NOW, settings=SETTINGS
+    )
+    assert [(p.offer.instance_type, p.added) for p in out.placed] == [("p4d.24xlarge", 2)]
+    assert [type(f.error) for f in out.failed] == [QuotaError, LaunchSpecError]
+    assert [category_of(f.error) for f in out.failed] == [
+        ErrorCategory.QUOTA,
+        ErrorCategory.LAUNCH_SPEC,
+    ]
+    assert "does not exist" in str(out.failed[1].error)  # AWS's own words reach the operator
+    assert out.backoff.blocked(p5.offer, NOW) and out.backoff.blocked(p5e.offer, NOW)
+    # both failed groups were shrunk back to what they hold: nothing fills behind the planner
+    assert aws.capacity.group_status(p5).desired == 0
+    assert aws.capacity.group_status(p5e).desired == 0

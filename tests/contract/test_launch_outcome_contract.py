@@ -32,9 +32,6 @@ from provisioner.domain.errors import (
 pytestmark = pytest.mark.aws
 
 REGION = "us-east-1"
-# what main does before issue 28's fix: every Failed activity back to the last Successful one
-# is this request's, and every failure is "capacity"
-BEFORE_THE_FIX = pytest.mark.xfail(strict=True, reason="issue 28: launch outcomes")
 
 
 class StandInClock:
@@ -60,7 +57,6 @@ def aws(moto_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Clo
         moto_server.reset()
 
 
-@BEFORE_THE_FIX
 def test_an_earlier_requests_failure_is_not_read_as_the_new_ones(
     aws: tuple[CloudEnv, Any],
 ) -> None:
@@ -121,7 +117,6 @@ KINDS: list[Any] = [
 ]
 
 
-@BEFORE_THE_FIX
 @pytest.mark.parametrize(("kind", "typed", "code"), KINDS)
 def test_a_failed_launch_is_typed_by_what_aws_says(
     aws: tuple[CloudEnv, Any], kind: str, typed: type[CloudError], code: str
