@@ -107,3 +107,15 @@ class TerminatePayload:
 
 
 IntentPayload = ScaleUpPayload | TerminatePayload
+
+
+def late_result(
+    result: Mapping[str, Any], now_ts: float, missing: int, code: str
+) -> dict[str, Any]:
+    """A confirmed scale-up's result once the cloud failed `missing` of its nodes after the
+    confirmation: fewer added, the shortfall's code, and when it was learned."""
+    out = dict(result)
+    out["added"] = max(0, int(out.get("added", 0) or 0) - max(0, missing))
+    out["shortfall_code"] = code[:64]
+    out["late_failure_ts"] = now_ts
+    return out

@@ -133,6 +133,25 @@ class IntentLog(Protocol):
         before categories were kept. `NotFound` for an unknown token. Fenced."""
         ...
 
+    def late_shortfall(
+        self,
+        token: str,
+        now_ts: float,
+        *,
+        missing: int,
+        code: str,
+        error: str = "",
+        category: ErrorCategory,
+    ) -> Intent:
+        """A confirmed scale-up whose launch the cloud failed after the confirmation (a late
+        failure): `missing` of the nodes it added will never come. `result.added` drops by
+        `missing` (never below 0); the shortfall's code (`result.shortfall_code` and
+        `error_code`), text, category and time (`result.late_failure_ts`) are kept, so the
+        placeholders stop counting those nodes and the back-off is rebuilt from them. Only a
+        confirmed intent with no shortfall yet changes; any other is returned as it is.
+        `NotFound` for an unknown token. Fenced."""
+        ...
+
     def intent(self, token: str) -> Intent | None:
         """The intent of `token`, or None."""
         ...

@@ -25,6 +25,7 @@ from provisioner.domain.intents import (
     IntentStatus,
     ScaleUpPayload,
     TerminatePayload,
+    late_result,
 )
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.records import Intent, NewIntent, StoredInstance
@@ -119,6 +120,28 @@ class InstanceStore(StoreBase, IntentLog, InstanceRepo):
                 row.error = error[:2000]
                 # No category: the column stays NULL, like a row written before it existed.
                 row.error_category = str(category) if category is not None else None
+            return _intent(row)
+
+    def late_shortfall(
+        self,
+        token: str,
+        now_ts: float,
+        *,
+        missing: int,
+        code: str,
+        error: str = "",
+        category: ErrorCategory,
+    ) -> Intent:
+        with self.fenced_transaction() as s:
+            row = s.get(IntentRow, token)
+            if row is None:
+                raise NotFound(f"no intent with token {token!r}")
+            result = dict(row.result or {})
+            if row.status == IntentStatus.CONFIRMED and not result.get("shortfall_code"):
+                row.result = late_result(result, now_ts, missing, code)
+                row.error_code = code[:64]
+                row.error = error[:2000]
+                row.error_category = str(category)
             return _intent(row)
 
     def intent(self, token: str) -> Intent | None:

@@ -359,6 +359,40 @@ def test_the_error_category_is_stored_with_the_outcome(log: IntentLog) -> None:
     assert got_x.error_category is ErrorCategory.CAPACITY
 
 
+def test_a_late_shortfall_lowers_what_a_confirmed_scale_up_added_once(log: IntentLog) -> None:
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-late", T0, nodes=3))
+    log.confirm("tok-late", T0 + 1, result={"added": 3, "target": 3, "group": "g"})
+    got = log.late_shortfall(
+        "tok-late",
+        T0 + 40,
+        missing=2,
+        code="capacity:InsufficientInstanceCapacity",
+        error="We currently do not have sufficient p5.48xlarge capacity",
+        category=ErrorCategory.CAPACITY,
+    )
+    assert got.status is IntentStatus.CONFIRMED and got.completed_ts == T0 + 1
+    assert got.result["added"] == 1 and got.result["target"] == 3
+    assert got.result["shortfall_code"] == "capacity:InsufficientInstanceCapacity"
+    assert got.result["late_failure_ts"] == T0 + 40
+    assert got.error_category is ErrorCategory.CAPACITY
+    assert got.error_code == "capacity:InsufficientInstanceCapacity"
+    assert "sufficient" in got.error
+    # once only: a second report of the same shortfall changes nothing
+    again = log.late_shortfall(
+        "tok-late", T0 + 80, missing=1, code="quota:x", category=ErrorCategory.QUOTA
+    )
+    assert again.result == got.result and again.error_category is ErrorCategory.CAPACITY
+    # a pending or failed intent is returned as it is; an unknown token is NotFound
+    log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-pend", T0))
+    pend = log.late_shortfall(
+        "tok-pend", T0 + 2, missing=1, code="c", category=ErrorCategory.CAPACITY
+    )
+    assert pend.status is IntentStatus.PENDING and pend.result == {}
+    with pytest.raises(NotFound):
+        log.late_shortfall("tok-none", T0, missing=1, code="c", category=ErrorCategory.CAPACITY)
+    assert log.intent("tok-late") == got  # read back as returned
+
+
 def test_pending_intents_oldest_first_by_kind(log: IntentLog) -> None:
     log.record_intent(NewIntent(IntentKind.SCALE_UP, "tok-c", T0 + 20))
     log.record_intent(NewIntent(IntentKind.TERMINATE, "tok-b", T0 + 10, instance_id="i-9"))

@@ -23,6 +23,7 @@ from provisioner.domain.intents import (
     IntentStatus,
     ScaleUpPayload,
     TerminatePayload,
+    late_result,
 )
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.records import Intent, NewIntent, StoredInstance
@@ -159,6 +160,29 @@ class MemoryInstances(IntentLog, InstanceRepo):
                 error_code=error_code[:64],
                 error=error[:2000],
                 error_category=ErrorCategory.parse(str(category)) if category is not None else None,
+            )
+        return _intent_copy(row)
+
+    def late_shortfall(
+        self,
+        token: str,
+        now_ts: float,
+        *,
+        missing: int,
+        code: str,
+        error: str = "",
+        category: ErrorCategory,
+    ) -> Intent:
+        row = self._intents.get(token)
+        if row is None:
+            raise NotFound(f"no intent with token {token!r}")
+        if row.status == IntentStatus.CONFIRMED and not row.result.get("shortfall_code"):
+            row = self._intents[token] = replace(
+                row,
+                result=json_copy(late_result(dict(row.result), now_ts, missing, code)),
+                error_code=code[:64],
+                error=error[:2000],
+                error_category=ErrorCategory.parse(str(category)),
             )
         return _intent_copy(row)
 
