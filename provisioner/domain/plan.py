@@ -34,6 +34,8 @@ class ReasonCode(StrEnum):
     RELEASE_LAUNCH_FAILED = "release_launch_failed"
     # an alert: a bound node's NodeAddr in Slurm is not its instance's address; it is drained
     NODE_ADDRESS_MISMATCH = "node_address_mismatch"
+    # the cloud gave up on launches of a confirmed scale-up: the group shrinks to what it holds
+    LAUNCH_FAILED = "launch_failed"
 
 
 class Rejection(StrEnum):

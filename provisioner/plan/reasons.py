@@ -28,6 +28,9 @@ REASON_WORDS: dict[str, str] = {
     ReasonCode.JOIN_TIMEOUT: "Give up: the node did not join Slurm in time",
     ReasonCode.RELEASE_LAUNCH_FAILED: "Release: Slurm held the job after a failed launch; "
     "it goes back to the queue in a burst partition",
+    ReasonCode.NODE_ADDRESS_MISMATCH: "Alert: a node answers away from its instance; it is drained",
+    ReasonCode.LAUNCH_FAILED: "Launch failed: the cloud gave up on nodes it was asked for; "
+    "the group keeps what it holds and the offer backs off",
 }
 
 

@@ -67,6 +67,7 @@ from provisioner.reconcile.context import (
     PassReport,
     ReconcilerDeps,
 )
+from provisioner.reconcile.launch_follow import follow_launches
 from provisioner.reconcile.leadership import Leadership
 from provisioner.reconcile.listing_memory import ListingMemory
 from provisioner.reconcile.outcomes import error_code, rebuild_backoff
@@ -264,6 +265,7 @@ class Reconciler:
         report.warnings.extend(splan.warnings)
         self._sweep_valve(splan.sweep_hold, operator.sweep_hold_reason, now, report)
         self.actuation.apply_sync(splan, now, snap, report)
+        self.backoff = follow_launches(self.ctx, self.backoff, self.scale_ups.settings, now, report)
         if splan.kills:
             # A group may launch a replacement as soon as it is told about a reclaimed or
             # terminated member: read the listing again so the plan's budgets count it.

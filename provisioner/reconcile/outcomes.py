@@ -42,7 +42,9 @@ def rebuild_backoff(intents: Iterable[Intent], settings: BackoffSettings) -> Bac
     for it in intents:
         if it.kind is not IntentKind.SCALE_UP or not it.offer or it.completed_ts is None:
             continue
-        events.append((it.completed_ts, it.token, it))
+        # a shortfall learned after the confirmation (launch_follow) counts from when it was
+        late = it.result.get("late_failure_ts")
+        events.append((float(late) if late is not None else it.completed_ts, it.token, it))
     for ts, _, it in sorted(events, key=lambda e: (e[0], e[1])):
         key = OfferKey.parse(it.offer)
         category = outcome_category(it)
