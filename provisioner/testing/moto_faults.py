@@ -17,6 +17,8 @@ moto 5 has no error-injection API for EC2 or Auto Scaling, so this module adds t
   kept as an activity stamped on the stand-in's clock and answered newest first, as AWS keeps
   them (moto itself answers `DescribeScalingActivities` empty). `set_result_delay` makes every
   outcome arrive that many seconds late (`InProgress` until then), as a real group's does.
+* **Groups that act on their own** (`asg_autonomy`, in-process only): AZRebalance,
+  ReplaceUnhealthy and Capacity Rebalancing, which moto names but never runs.
 
 Control it from Python (`add_fault`, `set_capacity`, `set_launch_error`, `set_result_delay`,
 `reset`) or over HTTP: `POST /_faults` (a fault as JSON, or `{"capacity": {...}}`),
