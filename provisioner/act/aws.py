@@ -32,7 +32,12 @@ from provisioner.act.ports import (
     request_token,
 )
 from provisioner.act.retry import call_mapped, cloud_retrying
-from provisioner.act.shapes import aws_group_tags, aws_launch_template_data, aws_tag_list
+from provisioner.act.shapes import (
+    SUSPENDED_PROCESSES,
+    aws_group_tags,
+    aws_launch_template_data,
+    aws_tag_list,
+)
 from provisioner.domain.errors import (
     AuthError,
     CapacityError,
@@ -334,13 +339,25 @@ class AwsPoolDriver(_AwsBase):
                     MaxSize=spec.max_size,
                     DesiredCapacity=0,
                     Tags=aws_group_tags(spec),
-                    CapacityRebalance=spec.spot,
+                    # A rebalance recommendation is the controller's to act on (drain, then
+                    # end), never a swap the group makes under a running job.
+                    CapacityRebalance=False,
                     **placement,
                 )
             except CloudError as exc:
                 if exc.code not in ALREADY_EXISTS_CODES:
                     raise
+            self._suspend_autonomy(spec, asg, offer)
             return
+        if {p["ProcessName"] for p in group.get("SuspendedProcesses", [])} < SUSPENDED_PROCESSES:
+            self._suspend_autonomy(spec, asg, offer)  # a group made before this version
+        if group.get("CapacityRebalance"):
+            self._call(
+                asg.update_auto_scaling_group,
+                offer,
+                AutoScalingGroupName=spec.group_name,
+                CapacityRebalance=False,
+            )
         if group.get("MaxSize") != spec.max_size:
             # The desired size is the controller's business (CloudCapacity.resize), never here.
             self._call(
@@ -350,6 +367,16 @@ class AwsPoolDriver(_AwsBase):
                 MaxSize=spec.max_size,
                 LaunchTemplate=lt_ref,
             )
+
+    def _suspend_autonomy(self, spec: PoolSpec, asg: Any, offer: str) -> None:
+        """The processes by which a group ends or adds members on its own are suspended: the
+        controller alone decides which instance ends (one whose node is drained)."""
+        self._call(
+            asg.suspend_processes,
+            offer,
+            AutoScalingGroupName=spec.group_name,
+            ScalingProcesses=sorted(SUSPENDED_PROCESSES),
+        )
 
     def delete(self, spec: PoolSpec) -> None:
         asg = self.clients.autoscaling(spec.region)

@@ -21,6 +21,7 @@ import pulumi
 from provisioner.act.ports import TAG_SHAPE, PoolSpec, safe_name
 from provisioner.act.shapes import (
     GCP_SCOPES,
+    SUSPENDED_PROCESSES,
     aws_instance_profile,
     aws_instance_tags,
     gcp_accelerator_type,
@@ -104,7 +105,8 @@ def aws_pool(spec: PoolSpec) -> dict[str, pulumi.CustomResource]:
         min_size=0,
         max_size=spec.max_size,
         launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id=lt.id, version="$Default"),
-        capacity_rebalance=spec.spot,
+        capacity_rebalance=False,  # the controller acts on rebalance warnings itself
+        suspended_processes=sorted(SUSPENDED_PROCESSES),
         tags=[
             aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True)
             for k, v in sorted(spec.tags.items())

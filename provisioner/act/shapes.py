@@ -13,6 +13,11 @@ from typing import Any
 from provisioner.act.ports import PoolSpec, safe_name
 from provisioner.domain.errors import InvalidArgument
 
+# Auto Scaling processes that would end a running member or add one nobody asked for:
+# AZRebalance (evens out zones by terminating members) and ReplaceUnhealthy (replaces a member
+# that failed a health check). Launch and Terminate stay: resizes and named terminations need them.
+SUSPENDED_PROCESSES = frozenset({"AZRebalance", "ReplaceUnhealthy"})
+
 # GCE accelerator type per machine family (the accelerator-optimised families carry their GPUs).
 _GCP_ACCELERATORS: tuple[tuple[str, str], ...] = (
     ("a2-ultragpu-", "nvidia-a100-80gb"),

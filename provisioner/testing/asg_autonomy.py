@@ -78,3 +78,8 @@ def capacity_rebalance(region: str, name: str, instance_id: str) -> str | None:
     new = _launch_one(group)
     _end(group, instance_id)
     return new
+
+
+def set_capacity_rebalance(region: str, name: str, on: bool) -> None:
+    """What AWS's UpdateAutoScalingGroup does with `CapacityRebalance` (moto ignores it)."""
+    _group(region, name).capacity_rebalance = on

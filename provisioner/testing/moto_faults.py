@@ -18,7 +18,8 @@ moto 5 has no error-injection API for EC2 or Auto Scaling, so this module adds t
   them (moto itself answers `DescribeScalingActivities` empty). `set_result_delay` makes every
   outcome arrive that many seconds late (`InProgress` until then), as a real group's does.
 * **Groups that act on their own** (`asg_autonomy`, in-process only): AZRebalance,
-  ReplaceUnhealthy and Capacity Rebalancing, which moto names but never runs.
+  ReplaceUnhealthy and Capacity Rebalancing, which moto names but never runs
+  (`UpdateAutoScalingGroup`'s `CapacityRebalance`, which moto ignores, is applied here).
 
 Control it from Python (`add_fault`, `set_capacity`, `set_launch_error`, `set_result_delay`,
 `reset`) or over HTTP: `POST /_faults` (a fault as JSON, or `{"capacity": {...}}`),
@@ -51,6 +52,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
+from provisioner.testing import asg_autonomy
 from provisioner.testing.asg_activities import LAUNCH_ERRORS, ActivityLog
 
 _EC2_ERR = (
@@ -155,6 +157,14 @@ class FaultMiddleware:
                 if self.state.activities.of(group):
                     body = self.state.activities.answer(group, self.state.now)
                     return _xml(start_response, 200, body)
+        if held is None and action == "UpdateAutoScalingGroup" and "CapacityRebalance" in params:
+            answer = self.app(environ, start_response)  # moto applies the rest of the update
+            asg_autonomy.set_capacity_rebalance(
+                _region(environ),
+                params["AutoScalingGroupName"],
+                params["CapacityRebalance"] == "true",
+            )
+            return answer
         if held is not None:
             self.state.holding.set()
             try:
@@ -202,6 +212,13 @@ class FaultMiddleware:
                 ],
             }
         return _xml(start_response, 200, json.dumps(out), "application/json")
+
+
+def _region(environ: dict[str, Any]) -> str:
+    """The region a SigV4-signed request names in its credential scope."""
+    auth = str(environ.get("HTTP_AUTHORIZATION", ""))
+    scope = auth.partition("Credential=")[2].split(",")[0].split("/")
+    return scope[2] if len(scope) > 2 else "us-east-1"
 
 
 def _xml(

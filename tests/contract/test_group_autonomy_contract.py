@@ -19,8 +19,6 @@ from provisioner.testing import asg_autonomy
 pytestmark = pytest.mark.aws
 
 REGION = "us-east-1"
-# main before issue 28's fix: no process suspended, CapacityRebalance on for spot
-BEFORE_THE_FIX = pytest.mark.xfail(strict=True, reason="issue 28: the group acts on its own")
 
 
 @pytest.fixture
@@ -39,24 +37,43 @@ def running_group(cloud: CloudEnv, **spec: Any) -> tuple[str, set[str]]:
     return s.group_name, members
 
 
-@BEFORE_THE_FIX
 def test_the_group_never_rebalances_zones_by_ending_a_member(aws: CloudEnv) -> None:
     group, members = running_group(aws)
     assert asg_autonomy.rebalance(REGION, group) is None
     assert set(aws.live("contract-ctl")) == members
 
 
-@BEFORE_THE_FIX
 def test_the_group_never_replaces_a_member_on_its_own(aws: CloudEnv) -> None:
     group, members = running_group(aws)
     assert asg_autonomy.replace_unhealthy(REGION, group, sorted(members)[0]) is None
     assert set(aws.live("contract-ctl")) == members
 
 
-@BEFORE_THE_FIX
 def test_a_spot_group_never_swaps_a_member_on_a_rebalance_recommendation(aws: CloudEnv) -> None:
     group, members = running_group(aws)  # the contract spec is spot
     assert asg_autonomy.capacity_rebalance(REGION, group, sorted(members)[0]) is None
+    assert set(aws.live("contract-ctl")) == members
+
+
+def test_a_group_made_before_this_version_stops_acting_on_its_own(aws: CloudEnv) -> None:
+    """A group an older controller made (every process running, CapacityRebalance on) is
+    brought in line by the next ensure."""
+    import boto3
+
+    group, members = running_group(aws)
+    asg = boto3.client("autoscaling", endpoint_url=aws_endpoint(aws), region_name=REGION)
+    asg.resume_processes(AutoScalingGroupName=group)
+    asg.update_auto_scaling_group(AutoScalingGroupName=group, CapacityRebalance=True)
+    aws.driver.ensure(aws.make_spec())
+    (g,) = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
+    assert {"AZRebalance", "ReplaceUnhealthy"} <= {
+        p["ProcessName"] for p in g["SuspendedProcesses"]
+    }
+    assert not g.get("CapacityRebalance")
+    victim = sorted(members)[0]
+    assert asg_autonomy.rebalance(REGION, group) is None
+    assert asg_autonomy.replace_unhealthy(REGION, group, victim) is None
+    assert asg_autonomy.capacity_rebalance(REGION, group, victim) is None
     assert set(aws.live("contract-ctl")) == members
 
 
