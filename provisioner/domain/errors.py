@@ -127,5 +127,10 @@ class LaunchSpecError(LaunchError):
     operator must change the pool."""
 
 
+class ListingIncomplete(CloudError):
+    """The cloud answered a listing only in part (zones it could not reach). What it did list
+    is not the whole truth, so no instance may be taken as gone from it."""
+
+
 class NotFoundError(CloudError):
     """The resource does not exist (already gone). Callers usually treat it as done."""

@@ -24,6 +24,11 @@ Faults: `add_fault(...)` answers a matching request with an HTTP error (e.g. 403
 instances of a machine type a zone or region can create: a managed group then stays below its
 target size and reports the stockout in each missing instance's `lastAttempt.errors`, as GCE does.
 Every request is recorded in `requests` (method, path, query, JSON body) for assertions.
+
+Zones that do not answer (`unreachable_zones`): the aggregated instance list then reports each
+such zone as a scope with an `UNREACHABLE` warning and lists it in `unreachables`, and only
+with `returnPartialSuccess=true`; without it the whole call fails (503), as the API reference
+of `instances.aggregatedList` describes. Its VMs are still there, just not listed.
 """
 
 from __future__ import annotations
@@ -118,6 +123,7 @@ class FakeGCE:
         self.ops: dict[str, Json] = {}
         self.faults: list[GceFault] = []
         self.capacity: dict[tuple[str, str], int] = {}  # (zone or region, machine type)
+        self.unreachable_zones: set[str] = set()  # zones an aggregated list cannot reach
         self.op_polls_until_done = op_polls_until_done
         self.zones_per_region = zones_per_region
         self._request_ids: dict[str, Json] = {}
@@ -336,21 +342,40 @@ class FakeGCE:
     # ---- instances
     def _label_filter(self, items: list[Json], flt: str) -> list[Json]:
         fm = re.fullmatch(r'\s*labels\.(\S+)\s*=\s*"?([^"]*)"?\s*', flt)
-        if not fm:
-            return items
-        return [i for i in items if i.get("labels", {}).get(fm[1]) == fm[2]]
+        if fm:
+            return [i for i in items if i.get("labels", {}).get(fm[1]) == fm[2]]
+        nm = re.fullmatch(r'\s*name\s*=\s*"?([^"]*)"?\s*', flt)
+        if nm:
+            return [i for i in items if i.get("name") == nm[1]]
+        return items
 
     def _aggregated(self, q: dict[str, str]) -> _Result:
+        partial = q.get("returnPartialSuccess", "").lower() == "true"
+        if self.unreachable_zones and not partial:
+            return self._err(503, "The service is currently unavailable.", "backendError")
         by_zone: dict[str, list[Json]] = {}
         for (zone, _), inst in self.instances.items():
             by_zone.setdefault(zone, []).append(inst)
         items: Json = {}
         for zone, insts in sorted(by_zone.items()):
+            if zone in self.unreachable_zones:
+                continue
             if "filter" in q:
                 insts = self._label_filter(insts, q["filter"])
             if insts:
                 items[f"zones/{zone}"] = {"instances": insts}
-        return _Result(200, {"kind": "compute#instanceAggregatedList", "items": items})
+        out: Json = {"kind": "compute#instanceAggregatedList", "items": items}
+        for zone in sorted(self.unreachable_zones):
+            items[f"zones/{zone}"] = {
+                "warning": {
+                    "code": "UNREACHABLE",
+                    "message": f"Scope 'zones/{zone}' is unreachable.",
+                    "data": [{"key": "scope", "value": f"zones/{zone}"}],
+                }
+            }
+        if self.unreachable_zones:
+            out["unreachables"] = [f"zones/{z}" for z in sorted(self.unreachable_zones)]
+        return _Result(200, out)
 
     def _new_instance(
         self, project: str, zone: str, name: str, props: Json, created_by: str = ""
@@ -562,10 +587,22 @@ class FakeGCE:
             return _Result(200, {"managedInstances": self._managed(project, region, name)})
         if method == "POST" and verb == "deleteInstances":
             if fault is None:
-                names = {_last(u) for u in (body or {}).get("instances", [])}
+                # Each entry must name a member by its zone; GCE skips one that names no
+                # member when skipInstancesOnValidationError is set, else refuses the call.
+                urls = list((body or {}).get("instances", []))
+                named = {
+                    (m["zone"], m["name"])
+                    for u in urls
+                    if (m := re.search(r"zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$", u))
+                }
+                members = {(mem.zone, mem.name) for mem in self.members[(region, name)]}
+                if len(named & members) < len(urls) and not (body or {}).get(
+                    "skipInstancesOnValidationError"
+                ):
+                    return self._err(400, f"Invalid instances: {urls}", "invalid")
                 keep = []
                 for mem in self.members[(region, name)]:
-                    if mem.name in names:
+                    if (mem.zone, mem.name) in named:
                         self._drop(mem.zone, mem.name)
                         mig["targetSize"] -= 1
                     else:
