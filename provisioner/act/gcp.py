@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -44,6 +45,7 @@ from provisioner.domain.errors import (
     AuthError,
     CapacityError,
     CloudError,
+    ListingIncomplete,
     NotFoundError,
     QuotaError,
     ThrottlingError,
@@ -379,12 +381,34 @@ class GcpCapacity(_GcpBase):
 
         def fetch() -> list[OwnedInstance]:
             out: list[OwnedInstance] = []
-            for scope, scoped in instances.aggregated_list(request=req):
-                for inst in scoped.instances:
-                    out.append(_owned(inst, gcp_zone_name(scope)))
+            unreachable: set[str] = set()
+            for page in instances.aggregated_list(request=req).pages:
+                unreachable.update(str(u) for u in page.unreachables)
+                for scope, scoped in page.items.items():
+                    if scoped.warning and _is_unreachable(scoped.warning.code):
+                        unreachable.add(scope)
+                    for inst in scoped.instances:
+                        out.append(_owned(inst, gcp_zone_name(scope)))
+            if unreachable:
+                # The VMs of those zones are not listed, not gone: a partial answer must
+                # never close their records or fail their nodes.
+                raise ListingIncomplete(
+                    f"gcp: instances listed in part, unreachable: {', '.join(sorted(unreachable))}",
+                    code="UNREACHABLE",
+                )
             return out
 
         return self._call(fetch)
+
+    def _zone_of(self, name: str) -> str | None:
+        """The zone an instance of this project runs in (None: no zone lists it)."""
+        from google.cloud import compute_v1
+
+        instances = self.clients.instances()
+        req = compute_v1.AggregatedListInstancesRequest(
+            project=self.clients.project, filter=f'name = "{name}"'
+        )
+        return self._call(lambda: _zone_named(instances.aggregated_list(request=req).pages, name))
 
     def group_status(self, spec: PoolSpec) -> GroupStatus:
         group = self._get_group(spec)
@@ -456,6 +480,14 @@ class GcpCapacity(_GcpBase):
         from google.cloud import compute_v1
 
         project = self.clients.project
+        if not instance.zone:
+            # A record without its zone (an old intent): `zones//instances/x` addresses
+            # nothing and the group skips it without a word, so find where it runs.
+            zone = self._zone_of(instance.instance_id)
+            if zone is None:
+                log.info("instance %s already gone (no zone lists it)", instance.instance_id)
+                return
+            instance = replace(instance, zone=zone)
         try:
             if instance.group:
                 groups = self.clients.groups()
@@ -483,6 +515,22 @@ class GcpCapacity(_GcpBase):
                 self._mutate(lambda: instances.delete_unary(dreq))
         except NotFoundError:
             log.info("instance %s already gone", instance.instance_id)
+
+
+def _zone_named(pages: Any, name: str) -> str | None:
+    for page in pages:
+        for scope, scoped in page.items.items():
+            if any(inst.name == name for inst in scoped.instances):
+                return gcp_zone_name(scope)
+    return None
+
+
+def _is_unreachable(code: Any) -> bool:
+    """A scoped list's warning code (proto-plus gives the enum's name or its number)."""
+    from google.cloud import compute_v1
+
+    unreachable = compute_v1.Warning.Code.UNREACHABLE
+    return str(code) in ("UNREACHABLE", str(int(unreachable)), str(unreachable))
 
 
 def _watch(client: Any, probe: ClockProbe) -> None:

@@ -16,8 +16,6 @@ from provisioner.act.ports import request_token
 from provisioner.domain.errors import ListingIncomplete
 
 pytestmark = pytest.mark.gcp
-# main before issue 28's fix: UNREACHABLE warnings ignored, and `zones//instances/x` skipped
-BEFORE_THE_FIX = pytest.mark.xfail(strict=True, reason="issue 28: partial listings")
 
 
 @pytest.fixture
@@ -41,7 +39,6 @@ def two_zones(cloud: CloudEnv, fake: Any) -> dict[str, str]:
     return zones
 
 
-@BEFORE_THE_FIX
 def test_a_listing_with_an_unreachable_zone_says_it_is_partial(
     gcp: tuple[CloudEnv, Any],
 ) -> None:
@@ -57,7 +54,6 @@ def test_a_listing_with_an_unreachable_zone_says_it_is_partial(
     assert {o.instance_id for o in cloud.capacity.list_owned(CONTROLLER)} == set(zones)
 
 
-@BEFORE_THE_FIX
 def test_ending_an_instance_whose_record_lost_its_zone_still_ends_it(
     gcp: tuple[CloudEnv, Any],
 ) -> None:
