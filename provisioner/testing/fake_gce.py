@@ -25,6 +25,10 @@ instances of a machine type a zone or region can create: a managed group then st
 target size and reports the stockout in each missing instance's `lastAttempt.errors`, as GCE does.
 Every request is recorded in `requests` (method, path, query, JSON body) for assertions.
 
+Launch errors (`launch_errors[machine_type] = kind`): every member of that type fails with the
+code and message of `LAUNCH_ERRORS` (stockout, quota, a missing image, an invalid field) in its
+`lastAttempt.errors`, as `listManagedInstances` reports them.
+
 Zones that do not answer (`unreachable_zones`): the aggregated instance list then reports each
 such zone as a scope with an `UNREACHABLE` warning and lists it in `unreachables`, and only
 with `returnPartialSuccess=true`; without it the whole call fails (503), as the API reference
@@ -71,6 +75,24 @@ class _Member:
     zone: str
     created: bool
     error: str = ""
+    message: str = ""
+
+
+# kind -> the code and message GCE puts in a managed instance's lastAttempt.errors when it
+# cannot create it ({zone}, {region}, {image} filled in)
+LAUNCH_ERRORS = {
+    "capacity": ("ZONE_RESOURCE_POOL_EXHAUSTED", _STOCKOUT_MSG),
+    "quota": (
+        "QUOTA_EXCEEDED",
+        "Quota 'NVIDIA_A100_GPUS' exceeded.  Limit: 0.0 in region {region}.",
+    ),
+    "image": ("RESOURCE_NOT_FOUND", "The resource '{image}' was not found"),
+    "parameter": (
+        "INVALID_FIELD_VALUE",
+        "Invalid value for field 'resource.machineType': the machine type is not available in "
+        "zone {zone}.",
+    ),
+}
 
 
 @dataclass
@@ -124,6 +146,7 @@ class FakeGCE:
         self.faults: list[GceFault] = []
         self.capacity: dict[tuple[str, str], int] = {}  # (zone or region, machine type)
         self.unreachable_zones: set[str] = set()  # zones an aggregated list cannot reach
+        self.launch_errors: dict[str, str] = {}  # machine type -> a kind of LAUNCH_ERRORS
         self.op_polls_until_done = op_polls_until_done
         self.zones_per_region = zones_per_region
         self._request_ids: dict[str, Json] = {}
@@ -636,10 +659,19 @@ class FakeGCE:
         while len(members) < size:
             zone = zones[len(members) % len(zones)]
             iname = f"{mig.get('baseInstanceName', name)}-{next(self._ids):04x}"
-            ok = self._take_capacity(zone, machine_type)
-            if ok:
+            kind = self.launch_errors.get(_last(machine_type))
+            if kind is None and not self._take_capacity(zone, machine_type):
+                kind = "capacity"
+            if kind is None:
                 self._new_instance(project, zone, iname, props, created_by=str(mig["selfLink"]))
-            members.append(_Member(iname, zone, ok, "" if ok else "ZONE_RESOURCE_POOL_EXHAUSTED"))
+                members.append(_Member(iname, zone, True))
+                continue
+            code, text = LAUNCH_ERRORS[kind]
+            image = str(
+                (props.get("disks") or [{}])[0].get("initializeParams", {}).get("sourceImage", "")
+            )
+            msg = text.format(zone=zone, region=region, image=image)
+            members.append(_Member(iname, zone, False, code, msg))
         while len(members) > size:  # instances never created go first, then the newest
             pending = [m for m in members if not m.created]
             victim = pending[-1] if pending else members[-1]
@@ -660,9 +692,7 @@ class FakeGCE:
                 item["instanceStatus"] = inst["status"]
             if m.error:
                 item["lastAttempt"] = {
-                    "errors": {
-                        "errors": [{"code": m.error, "message": _STOCKOUT_MSG.format(zone=m.zone)}]
-                    }
+                    "errors": {"errors": [{"code": m.error, "message": m.message}]}
                 }
             out.append(item)
         return out
