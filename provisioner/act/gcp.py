@@ -45,6 +45,8 @@ from provisioner.domain.errors import (
     AuthError,
     CapacityError,
     CloudError,
+    LaunchError,
+    LaunchSpecError,
     ListingIncomplete,
     NotFoundError,
     QuotaError,
@@ -116,6 +118,24 @@ def map_gcp_codes(
     else:
         cls = CloudError
     return cls(f"gcp {code}: {message}", code=code, offer=offer)
+
+
+def launch_failure(codes: Iterable[str], message: str, offer: str = "") -> CloudError:
+    """Why a managed instance was not created (its `lastAttempt.errors`). In this place a
+    missing resource or an invalid field is the template's fault (an image that does not
+    exist, a machine type the zone lacks), not an instance already gone; and a code of no
+    finer class is still a failed launch, backed off rather than asked again every pass."""
+    found = set(codes)
+    err = map_gcp_codes(found, 0, message, offer)
+    if isinstance(err, NotFoundError) or any(
+        c.startswith(("INVALID", "UNSUPPORTED")) for c in found
+    ):
+        return LaunchSpecError(str(err), code=err.code, offer=offer)
+    if any("PERMISSION" in c for c in found):
+        return AuthError(str(err), code=err.code, offer=offer)
+    if type(err) is CloudError:
+        return LaunchError(str(err), code=err.code, offer=offer)
+    return err
 
 
 def _reasons(errors: Iterable[Any]) -> list[str]:
@@ -429,7 +449,7 @@ class GcpCapacity(_GcpBase):
         for m in managed:
             errs = list(m.last_attempt.errors.errors) if m.last_attempt else []
             if m.instance_status not in _LIVE and errs:
-                failure = map_gcp_codes(_reasons(errs), 0, errs[0].message, offer)
+                failure = launch_failure(_reasons(errs), errs[0].message, offer)
                 break
         return GroupStatus(
             exists=True, desired=int(group.target_size), launched=launched, failure=failure

@@ -187,15 +187,12 @@ def gcp() -> Iterator[tuple[CloudEnv, Any]]:
         fake.stop()
 
 
-BEFORE_THE_FIX = pytest.mark.xfail(strict=True, reason="issue 28: GCE launch errors")
 # kind switched on in the GCE fake -> the type its lastAttempt code says it is
 GCE_KINDS: list[Any] = [
     ("capacity", CapacityError),
     ("quota", QuotaError),
-    # main before issue 28's fix: a missing image reads as "already gone", an invalid field
-    # as an error of no class, neither backed off
-    pytest.param("image", LaunchSpecError, marks=BEFORE_THE_FIX),
-    pytest.param("parameter", LaunchSpecError, marks=BEFORE_THE_FIX),
+    ("image", LaunchSpecError),
+    ("parameter", LaunchSpecError),
 ]
 
 
