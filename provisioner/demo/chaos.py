@@ -91,7 +91,11 @@ FAULT_KINDS = (
     "telemetry",
     "cloud_skew",
     "clock_step",
+    *("late_failure", "rebalance", "unreachable_zone", "launch_error"),
 )
+# The clouds' field behaviour (docs/clouds.md): drawn from a stream of their own, so the
+# other kinds keep the draws they always had.
+FIELD_FAULTS = ("late_failure", "rebalance", "unreachable_zone", "launch_error")
 TICK_S = 60.0
 GRACE_S = 180.0
 IDLE_TIMEOUT_S = 300.0
@@ -189,6 +193,7 @@ class Soak:
         # the clock faults draw from their own stream, so the other faults' schedule of a seed
         # is the one it had before they were added
         self.clock_rng = random.Random(f"clocks-{seed}")
+        self.field_rng = random.Random(f"field-{seed}")
         self.dir = workdir / f"seed-{seed}"
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
@@ -413,6 +418,9 @@ class Soak:
             else:
                 inject_gce_fault(self.gce, kind, self.rng)
                 self.events.append(f"{kind} on gcp")
+        elif kind in FIELD_FAULTS:
+            where = inject_field_fault(srv, self.gce, kind, self.field_rng)
+            self.events.append(f"{kind} on {where}")
         elif kind == "slurm_down":
             self.slurm_down_until = (
                 self.clock.now().timestamp() + self.rng.choice([1, 2, 3]) * TICK_S
@@ -489,6 +497,11 @@ class Soak:
         for kind in FAULT_KINDS:
             if kind == "cloud_skew":
                 continue  # set for the whole seed
+            if kind in FIELD_FAULTS:
+                if self.field_rng.random() < _RATE[kind]:
+                    self._fault(kind)
+                    faults += 1
+                continue
             if kind == "clock_step":
                 # mid-burst only, from the clock faults' own stream: an hour forward and ten
                 # minutes back early in every seed, then more now and then
@@ -794,6 +807,10 @@ _RATE = {
     "old_store": 0.03,
     "telemetry": 0.08,
     "clock_step": 0.03,
+    "late_failure": 0.05,
+    "rebalance": 0.05,
+    "unreachable_zone": 0.04,
+    "launch_error": 0.04,
 }
 
 
@@ -851,6 +868,58 @@ def inject_gce_fault(gce: Any, kind: str, rng: random.Random) -> None:
                       apply=True, times=1)  # fmt: skip
     else:
         raise InvalidArgument(f"not a cloud fault: {kind!r}")
+
+
+def inject_field_fault(server: Any, gce: Any, kind: str, rng: random.Random) -> str:
+    """One of FIELD_FAULTS, on the cloud whose stand-in models it; returns that cloud.
+
+    - late_failure: AWS has no capacity and reports it 10 to 60 s after each resize;
+    - rebalance: each group is asked to even out its zones, replace a member as unhealthy and
+      swap one on a rebalance recommendation (the group must do none of it);
+    - unreachable_zone: a zone of the GCP region does not answer listings;
+    - launch_error: launches fail for a quota, a missing image or a permission (AWS) or a
+      quota, image or invalid field (GCP), never for capacity.
+    """
+    from provisioner.testing import asg_autonomy
+
+    if kind == "late_failure":
+        server.set_result_delay(rng.uniform(10.0, 60.0))
+        server.set_capacity(REGION, ITYPE, 0)
+        return "aws"
+    if kind == "rebalance":
+        asg = _autoscaling(server.endpoint)
+        for group in asg.describe_auto_scaling_groups()["AutoScalingGroups"]:
+            name = group["AutoScalingGroupName"]
+            members = sorted(i["InstanceId"] for i in group.get("Instances", []))
+            asg_autonomy.rebalance(REGION, name)
+            if members:
+                asg_autonomy.replace_unhealthy(REGION, name, rng.choice(members))
+                asg_autonomy.capacity_rebalance(REGION, name, rng.choice(members))
+        return "aws"
+    if kind == "unreachable_zone":
+        gce.unreachable_zones.add(f"{GCP_REGION}-{rng.choice('abc')}")
+        return "gcp"
+    if kind == "launch_error":
+        if rng.random() < 0.5:
+            server.set_launch_error(
+                REGION, ITYPE, rng.choice(["vcpu_quota", "image", "permission"])
+            )
+            return "aws"
+        gce.launch_errors[GCP_TYPE] = rng.choice(["quota", "image", "parameter"])
+        return "gcp"
+    raise InvalidArgument(f"not a field fault: {kind!r}")
+
+
+def _autoscaling(endpoint: str) -> Any:
+    import boto3
+
+    return boto3.client(
+        "autoscaling",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 def capacity_of(inst: dict[str, Any]) -> str:

@@ -200,10 +200,13 @@ class FakeGCE:
         return fault
 
     def clear_faults(self) -> None:
-        """Forget every fault and capacity limit (the VMs and groups stay)."""
+        """Forget every fault, capacity limit, launch error and unreachable zone (the VMs and
+        groups stay)."""
         with self.lock:
             self.faults.clear()
             self.capacity.clear()
+            self.launch_errors.clear()
+            self.unreachable_zones.clear()
 
     def set_capacity(self, location: str, machine_type: str, count: int) -> None:
         """`location` (a zone or a region) can create only `count` more `machine_type` VMs."""
