@@ -52,6 +52,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
+from provisioner.domain.errors import InvalidArgument
 from provisioner.testing import asg_autonomy
 from provisioner.testing.asg_activities import LAUNCH_ERRORS, ActivityLog
 
@@ -433,7 +434,7 @@ class FaultyMotoServer:
         """From now on every launch of `instance_type` in `region` fails with AWS's message for
         `kind` (a key of `LAUNCH_ERRORS`; None: launches succeed again)."""
         if kind is not None and kind not in LAUNCH_ERRORS:
-            raise ValueError(f"launch error kind {kind!r}: not one of {sorted(LAUNCH_ERRORS)}")
+            raise InvalidArgument(f"launch error kind {kind!r}: not one of {sorted(LAUNCH_ERRORS)}")
         with self.state.lock:
             if kind is None:
                 self.state.launch_errors.pop((region, instance_type), None)
