@@ -70,17 +70,10 @@ from typing import Any
 import yaml
 
 from provisioner.demo.chaos import (
-    CLOUD_FAULTS,
-    FIELD_FAULTS,
-    REGION,
-    backup_sqlite,
-    capacity_of,
-    catalog_prices,
-    inject_cloud_fault,
-)
-from provisioner.demo.chaos import (
     FAULT_KINDS as SOAK_FAULT_KINDS,
 )
+from provisioner.demo.chaos import backup_sqlite, capacity_of, catalog_prices
+from provisioner.demo.chaos_faults import CLOUD_FAULTS, FIELD_FAULTS, REGION, inject_cloud_fault
 
 # The controller process runs on the host's clock, which it shares with slurmctld: it is not
 # stepped here (the in-process soak steps the controller's wall clock). The clouds' field
