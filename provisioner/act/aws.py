@@ -3,7 +3,8 @@
 boto3 is imported lazily. Clients honour `AWS_ENDPOINT_URL` (or an explicit endpoint, e.g. moto's
 server) and are built with botocore's own retries off (`total_max_attempts=1`): the one tenacity
 policy in `retry.py` does the retrying. Errors are mapped from botocore error *codes*, never from
-message text.
+message text; the one exception is a failed scaling activity, whose reason AWS gives only as
+text (`aws_activities.py`).
 """
 
 from __future__ import annotations
