@@ -434,6 +434,13 @@ class PolicyRepo(Protocol):
         sweep hold, no go-ahead."""
         ...
 
+    def claim_controller_id(self, proposed: str) -> str:
+        """This installation's controller identity, which every cloud resource it makes is
+        tagged with: the one stored, or `proposed`, stored now, when none is. The first claim
+        wins, also when both controllers of an HA pair start at once; an empty `proposed` is
+        a `StoreError`."""
+        ...
+
     def set_paused(self, paused: bool, now_ts: float, by: str = "", reason: str = "") -> None:
         """Pause (or resume) the controller's scale-ups, stamped with `now_ts` and `by`.
         `reason` replaces the one stored, kept to its first 500 characters."""

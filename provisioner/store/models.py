@@ -99,6 +99,8 @@ class OperatorStateRow(Base):
     sweep_hold_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
     sweep_approved_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
     sweep_approved_by: Mapped[str] = mapped_column(String(128), default="", server_default="")
+    # This installation's controller identity (the `controller` tag); "" until first claimed.
+    controller_id: Mapped[str] = mapped_column(String(41), default="", server_default="")
 
 
 class LeaderLeaseRow(Base):

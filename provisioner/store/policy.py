@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from provisioner.config.models import Budgets, PoolPolicy
 from provisioner.domain.records import BudgetRecord, OperatorState, PoolInfo
-from provisioner.ports.store import PolicyRepo
+from provisioner.ports.store import PolicyRepo, StoreError
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import BudgetRow, OperatorStateRow, PoolRow, _table
 
@@ -80,6 +80,15 @@ class PolicyStore(StoreBase, PolicyRepo):
                 sweep_approved_ts=row.sweep_approved_ts,
                 sweep_approved_by=row.sweep_approved_by or "",
             )
+
+    def claim_controller_id(self, proposed: str) -> str:
+        if not proposed:
+            raise StoreError("claim_controller_id: an empty controller identity")
+        with self.transaction() as s:
+            row = self._operator_row(s)  # locked: a second claimant waits, then reads ours
+            if not row.controller_id:
+                row.controller_id = proposed
+            return row.controller_id
 
     def set_paused(self, paused: bool, now_ts: float, by: str = "", reason: str = "") -> None:
         with self.transaction() as s:
@@ -193,4 +202,5 @@ _OPERATOR_DEFAULTS = {
     "updated_by": "",
     "sweep_hold_reason": "",
     "sweep_approved_by": "",
+    "controller_id": "",
 }

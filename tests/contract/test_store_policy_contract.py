@@ -19,7 +19,7 @@ from test_store_contract import IMPLEMENTATIONS, T0, failing_after
 
 from provisioner.config.models import Budgets, PoolPolicy, TeamBudget
 from provisioner.domain.records import BudgetRecord, OperatorState, PoolInfo
-from provisioner.ports.store import PolicyRepo
+from provisioner.ports.store import PolicyRepo, StoreError
 from provisioner.store import Store
 from provisioner.store.memory import MemoryPolicyRepo
 
@@ -177,6 +177,18 @@ def test_operator_state_defaults(policy: PolicyRepo) -> None:
     policy.sync_pools([aws()], T0)  # pools alone change no switch
     assert policy.operator_state() == default
     assert not policy.operator_state().sweep_approved
+
+
+def test_the_first_controller_identity_claimed_is_kept(policy: PolicyRepo) -> None:
+    assert policy.claim_controller_id("burst-3f9a2c1d") == "burst-3f9a2c1d"
+    # a second claim (the other controller of an HA pair, or a restart) gets the first
+    assert policy.claim_controller_id("burst-77e0b6aa") == "burst-3f9a2c1d"
+    # the identity is its own field: the operator's switches neither hide nor change it
+    policy.set_paused(True, T0, by="ops", reason="maintenance")
+    assert policy.claim_controller_id("burst-0000") == "burst-3f9a2c1d"
+    assert policy.operator_state().paused
+    with pytest.raises(StoreError):
+        policy.claim_controller_id("")
 
 
 def test_pause_and_resume(policy: PolicyRepo) -> None:

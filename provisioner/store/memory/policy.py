@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from provisioner.config.models import Budgets, PoolPolicy
 from provisioner.domain.records import BudgetRecord, OperatorState, PoolInfo
-from provisioner.ports.store import PolicyRepo
+from provisioner.ports.store import PolicyRepo, StoreError
 
 # The SQL store keeps an operator's reason to this many characters.
 REASON_CHARS = 500
@@ -26,6 +26,7 @@ class MemoryPolicyRepo(PolicyRepo):
         self._pools: dict[str, PoolInfo] = {}
         self._operator = OperatorState()  # its drained_pools are read from the pools
         self._budgets: dict[tuple[str, str], BudgetRecord] = {}
+        self._controller_id = ""
 
     # ------------------------------------------------------------------ pools and operator
 
@@ -72,6 +73,13 @@ class MemoryPolicyRepo(PolicyRepo):
     def operator_state(self) -> OperatorState:
         drained = tuple(name for name in sorted(self._pools) if self._pools[name].drained)
         return replace(self._operator, drained_pools=drained)
+
+    def claim_controller_id(self, proposed: str) -> str:
+        if not proposed:
+            raise StoreError("claim_controller_id: an empty controller identity")
+        if not self._controller_id:
+            self._controller_id = proposed
+        return self._controller_id
 
     def set_paused(self, paused: bool, now_ts: float, by: str = "", reason: str = "") -> None:
         self._operator = replace(
