@@ -327,6 +327,7 @@ def build_controller(
     policy = policy or load_policy(settings.policies)
     catalog = catalog or load_catalog(settings.catalog)
     store = store or Store(settings.store_url)
+    policy = with_controller_identity(policy, store)
     clock = clock or SteadyClock()
     if isinstance(clock, SteadyClock) and not clock.resumed:
         # The controller's own clock: monotonic, carried on from this boot's last mark.
@@ -364,6 +365,31 @@ def build_controller(
         leadership=leadership_for(settings, store, policy.controller),
     )
     return Controller(settings, policy, clock, store, reconciler, loop)
+
+
+# The controller tag every installation used before identities were kept in the store.
+LEGACY_CONTROLLER = "burst-ctl"
+
+
+def with_controller_identity(policy: Policy, store: Store) -> Policy:
+    """The policy with this installation's controller identity, which every cloud resource it
+    makes is tagged with and which decides what it owns. A policy that names its controller
+    keeps that name. Otherwise the identity kept in the store is used (so an HA pair shares
+    it), claimed on the first start: `burst-ctl` for a store that already holds scale-ups or
+    instances (an installation from before identities were kept: its running VMs carry that
+    tag and stay its own), else `burst-` and 8 random hex digits, unique to this
+    installation (a second installation in the same account owns none of the first's)."""
+    import secrets
+
+    from provisioner.domain.intents import IntentKind
+
+    if "controller" in policy.model_fields_set:
+        return policy
+    older = store.first_intent_ts(IntentKind.SCALE_UP) is not None or bool(
+        store.instances(live_only=True)
+    )
+    proposed = LEGACY_CONTROLLER if older else f"burst-{secrets.token_hex(4)}"
+    return policy.model_copy(update={"controller": store.claim_controller_id(proposed)})
 
 
 def leadership_for(settings: Settings, store: Store, name: str) -> Leadership | None:

@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_shipped_policies_load() -> None:
     pol = load_policy(REPO / "policies")
-    assert pol.controller == "burst-ctl"
+    # no controller named: each installation claims its own in its store (bootstrap)
+    assert "controller" not in pol.model_fields_set
     assert {p.name for p in pol.pools} >= {"aws-a100", "gcp-a100"}
     assert pol.waiting.for_job("inference", "").urgent
     assert pol.waiting.for_job("onprem", "debug").cap_s == 1800
