@@ -278,6 +278,39 @@ def store_check(url: str) -> Check:
     return Check("store", "ok", f"{shown}: migrated ({head})")
 
 
+# Listed with when no identity is claimed yet (the first `provisioner run` claims one): a
+# valid tag that owns nothing, so the listing still proves the cloud reachable.
+UNCLAIMED = "burst-unclaimed"
+
+
+def stored_controller(url: str) -> str:
+    """The controller identity the store holds, read without writing anything ("" when it
+    holds none yet, or is not there or not migrated that far: `store_check` says which)."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from provisioner.store import make_engine
+
+    u = make_url(url)
+    db = u.database or ""
+    sqlite_file = u.get_backend_name() == "sqlite" and db not in ("", ":memory:")
+    sqlite_file = sqlite_file and not db.startswith("file:")
+    if sqlite_file and not Path(db).exists():
+        return ""
+    try:
+        engine = _read_only_sqlite(Path(db)) if sqlite_file else make_engine(url)
+        try:
+            with engine.connect() as conn:
+                row = conn.execute(
+                    text("SELECT controller_id FROM operator_state WHERE id = 1")
+                ).first()
+        finally:
+            engine.dispose()
+    except Exception:  # no such table or column yet, or no database: nothing claimed
+        return ""
+    return str(row[0]) if row is not None and row[0] else ""
+
+
 def _new_sqlite_check(shown: str, path: Path, head: str) -> Check:
     """A SQLite store that does not exist yet: can `provisioner run` create it there?"""
     folder = path.parent
@@ -420,10 +453,14 @@ def run_doctor(
     now = clock or SystemClock()
     probes = watch_clouds(ports, tracker, lambda: now.now().timestamp())
 
-    def owned(p: object) -> int:
-        return len(p.capacity.list_owned(policy.controller))  # type: ignore[attr-defined]
+    controller = policy.controller
+    if "controller" not in policy.model_fields_set:  # the identity the store holds, if any
+        controller = stored_controller(settings.store_url) or UNCLAIMED
 
-    checks += cloud_checks(policy.controller, ports, owned)
+    def owned(p: object) -> int:
+        return len(p.capacity.list_owned(controller))  # type: ignore[attr-defined]
+
+    checks += cloud_checks(controller, ports, owned)
     checks += skew_checks(tracker, probes)
     checks += catalog_checks(policy, catalog)
     checks += budget_checks(policy)

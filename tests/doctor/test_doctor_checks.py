@@ -118,3 +118,19 @@ def test_one_failure_stops_with_every_failed_check_listed():
         raise_on_failure(checks)
     assert "pool p" in str(exc.value) and "nothing was started or bought" in str(exc.value)
     raise_on_failure(checks[:1])
+
+
+def test_doctor_reads_the_claimed_identity_without_writing(tmp_path):
+    from provisioner.doctor import stored_controller
+    from provisioner.store import Store
+
+    missing = tmp_path / "none" / "store.sqlite"
+    assert stored_controller(f"sqlite:///{missing}") == "" and not missing.parent.exists()
+    url = f"sqlite:///{tmp_path}/store.sqlite"
+    store = Store(url)
+    assert stored_controller(url) == ""  # migrated, nothing claimed yet
+    store.claim_controller_id("burst-0a1b2c3d")
+    store.close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert stored_controller(url) == "burst-0a1b2c3d"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
