@@ -25,8 +25,10 @@ def validate(policies: PoliciesOpt = DEFAULT_POLICIES) -> None:
     from provisioner.config import load_policy
 
     policy = load_policy(policies)
+    named = "controller" in policy.model_fields_set
+    who = f"controller {policy.controller}" if named else "controller: the store's own identity"
     typer.echo(
-        f"{policies}: ok (controller {policy.controller}, {len(policy.pools)} pools, "
+        f"{policies}: ok ({who}, {len(policy.pools)} pools, "
         f"{len(policy.budgets.teams)} team budgets)"
     )
 
