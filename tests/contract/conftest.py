@@ -47,3 +47,15 @@ def cloud(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> It
             yield gcp_env(fake)
         finally:
             fake.stop()
+
+
+@pytest.fixture
+def gcp_and_fake() -> Iterator[tuple[CloudEnv, Any]]:
+    """The GCP port over a GCE fake of its own, with the fake (for its switches and records)."""
+    from provisioner.testing.fake_gce import FakeGCE
+
+    fake = FakeGCE(op_polls_until_done=2).start()
+    try:
+        yield gcp_env(fake), fake
+    finally:
+        fake.stop()

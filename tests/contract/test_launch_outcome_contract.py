@@ -174,19 +174,6 @@ def cloud_asg(server: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- GCP / GCE fake
-@pytest.fixture
-def gcp() -> Iterator[tuple[CloudEnv, Any]]:
-    from cloud_envs import gcp_env
-
-    from provisioner.testing.fake_gce import FakeGCE
-
-    fake = FakeGCE(op_polls_until_done=2).start()
-    try:
-        yield gcp_env(fake), fake
-    finally:
-        fake.stop()
-
-
 # kind switched on in the GCE fake -> the type its lastAttempt code says it is
 GCE_KINDS: list[Any] = [
     ("capacity", CapacityError),
@@ -199,11 +186,11 @@ GCE_KINDS: list[Any] = [
 @pytest.mark.gcp
 @pytest.mark.parametrize(("kind", "typed"), GCE_KINDS)
 def test_a_managed_instance_not_created_is_typed_by_its_last_attempt(
-    gcp: tuple[CloudEnv, Any], kind: str, typed: type[CloudError]
+    gcp_and_fake: tuple[CloudEnv, Any], kind: str, typed: type[CloudError]
 ) -> None:
     from cloud_envs import GCP_TYPE
 
-    cloud, fake = gcp
+    cloud, fake = gcp_and_fake
     spec = cloud.make_spec()
     cloud.driver.ensure(spec)
     fake.launch_errors[GCP_TYPE] = kind

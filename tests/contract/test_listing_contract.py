@@ -5,28 +5,16 @@ zone. The truth is the fake's own table of VMs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from cloud_envs import CONTROLLER, CloudEnv, gcp_env
+from cloud_envs import CONTROLLER, CloudEnv
 
 from provisioner.act.ports import request_token
 from provisioner.domain.errors import ListingIncomplete
 
 pytestmark = pytest.mark.gcp
-
-
-@pytest.fixture
-def gcp() -> Iterator[tuple[CloudEnv, Any]]:
-    from provisioner.testing.fake_gce import FakeGCE
-
-    fake = FakeGCE(op_polls_until_done=2).start()
-    try:
-        yield gcp_env(fake), fake
-    finally:
-        fake.stop()
 
 
 def two_zones(cloud: CloudEnv, fake: Any) -> dict[str, str]:
@@ -40,9 +28,9 @@ def two_zones(cloud: CloudEnv, fake: Any) -> dict[str, str]:
 
 
 def test_a_listing_with_an_unreachable_zone_says_it_is_partial(
-    gcp: tuple[CloudEnv, Any],
+    gcp_and_fake: tuple[CloudEnv, Any],
 ) -> None:
-    cloud, fake = gcp
+    cloud, fake = gcp_and_fake
     zones = two_zones(cloud, fake)
     down = sorted(zones.values())[0]
     fake.unreachable_zones.add(down)
@@ -55,9 +43,9 @@ def test_a_listing_with_an_unreachable_zone_says_it_is_partial(
 
 
 def test_ending_an_instance_whose_record_lost_its_zone_still_ends_it(
-    gcp: tuple[CloudEnv, Any],
+    gcp_and_fake: tuple[CloudEnv, Any],
 ) -> None:
-    cloud, fake = gcp
+    cloud, fake = gcp_and_fake
     zones = two_zones(cloud, fake)
     owned = {o.instance_id: o for o in cloud.capacity.list_owned(CONTROLLER)}
     victim = sorted(zones)[0]

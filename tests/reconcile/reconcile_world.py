@@ -153,17 +153,22 @@ def make_controller(
     )
 
 
-def live_instances(endpoint: str) -> list[dict[str, Any]]:
-    """Our instances that moto still runs (pending or running)."""
+def aws_client(service: str, endpoint: str) -> Any:
+    """A boto3 client of moto's server, to read the cloud's own records."""
     import boto3
 
-    ec2 = boto3.client(
-        "ec2",
+    return boto3.client(
+        service,
         endpoint_url=endpoint,
         region_name=REGION,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
+
+
+def live_instances(endpoint: str) -> list[dict[str, Any]]:
+    """Our instances that moto still runs (pending or running)."""
+    ec2 = aws_client("ec2", endpoint)
     out: list[dict[str, Any]] = []
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[

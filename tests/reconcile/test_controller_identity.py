@@ -9,9 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from reconcile_world import POOL, REGION, make_controller, make_fake, policy, start_clock
+from reconcile_world import POOL, aws_client, make_controller, make_fake, policy, start_clock
 
 from provisioner.bootstrap import LEGACY_CONTROLLER
 from provisioner.config.loader import policy_from_mapping
@@ -34,13 +33,7 @@ def named(base: Policy, controller: str) -> Policy:
 
 def tagged(endpoint: str) -> dict[str, str]:
     """moto's live instances: id -> their controller tag."""
-    ec2 = boto3.client(
-        "ec2",
-        endpoint_url=endpoint,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    ec2 = aws_client("ec2", endpoint)
     flt = [{"Name": "instance-state-name", "Values": ["pending", "running"]}]
     out: dict[str, str] = {}
     for res in ec2.describe_instances(Filters=flt)["Reservations"]:

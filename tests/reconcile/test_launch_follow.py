@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import boto3
 import pytest
-from reconcile_world import CONTROLLER, REGION, TICK, make_controller, make_fake, start_clock
+from reconcile_world import (
+    CONTROLLER,
+    REGION,
+    TICK,
+    aws_client,
+    make_controller,
+    make_fake,
+    start_clock,
+)
 
 from provisioner.domain.intents import IntentKind, IntentStatus
 
@@ -21,13 +28,7 @@ TYPE = "p4d.24xlarge"
 
 
 def desired_by_group(endpoint: str) -> dict[str, int]:
-    asg = boto3.client(
-        "autoscaling",
-        endpoint_url=endpoint,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    asg = aws_client("autoscaling", endpoint)
     groups = asg.describe_auto_scaling_groups()["AutoScalingGroups"]
     return {
         g["AutoScalingGroupName"]: int(g["DesiredCapacity"])
