@@ -38,21 +38,26 @@ Run standalone: `python -m provisioner.testing.moto_faults --port 5000`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import logging
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
-from provisioner.domain.errors import InvalidArgument
+from provisioner.domain.errors import InvalidArgument, InvalidState
 from provisioner.testing import asg_autonomy
 from provisioner.testing.asg_activities import LAUNCH_ERRORS, ActivityLog
 
@@ -462,6 +467,36 @@ class FaultyMotoServer:
         self.clear_faults()
         with self.state.lock:
             self.state.activities.clear()  # moto forgot the groups: their history goes too
+
+
+@contextlib.contextmanager
+def iam_enforcing_moto(host: str = "127.0.0.1") -> Iterator[str]:
+    """moto's server in a process of its own on `host` (its endpoint is yielded), with IAM
+    enforced after the first three calls: those make the administrator, every later call is
+    judged by the caller's IAM policy (moto's `INITIAL_NO_AUTH_ACTION_COUNT`)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # a real server starting: poll with a deadline
+            try:
+                socket.create_connection((host, port), timeout=1).close()
+                break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise InvalidState(f"moto.server on {host}:{port} did not start") from exc
+                time.sleep(0.1)
+        yield f"http://{host}:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,12 +12,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
-import os
 import secrets
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +20,8 @@ from typing import Any
 
 import boto3
 import pytest
+
+from provisioner.testing.moto_faults import iam_enforcing_moto
 
 pytestmark = pytest.mark.aws
 
@@ -45,32 +42,8 @@ def join_program() -> ModuleType:
 
 @pytest.fixture
 def enforcing_moto() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:  # a real server starting: poll with a deadline
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("moto.server did not start")
-            time.sleep(0.1)
-    try:
+    with iam_enforcing_moto() as endpoint:
         yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def client(endpoint: str, service: str, key: str, secret: str, token: str | None = None) -> Any:

@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +28,7 @@ from provisioner.act.ports import TAG_CONTROLLER
 from provisioner.domain.jobs import JobState
 from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms, host_files, imds_sidecar, moto_lister
+from provisioner.testing.moto_faults import iam_enforcing_moto
 from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
 from tests.hosts.join_world import REGION, Driver, S, aws_client, make_controller
 
@@ -48,27 +45,7 @@ def enforcing_moto(
     """moto in its own process on the /24, IAM enforced after the first three calls (which
     make the administrator); the environment carries the administrator's keys (for the
     metadata stand-ins this process starts)."""
-    with socket.socket() as s:
-        s.bind((test_network, 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", test_network, "-p", str(port)],
-        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://{test_network}:{port}"
-    deadline = time.monotonic() + 30
-    while True:  # a real server starting: poll with a deadline
-        try:
-            socket.create_connection((test_network, port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("moto.server did not start")
-            time.sleep(0.1)
-    try:
+    with iam_enforcing_moto(test_network) as endpoint:
         iam = aws_client("iam", endpoint)
         iam.create_user(UserName="admin")
         everything = {
@@ -85,9 +62,6 @@ def enforcing_moto(
         monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
         monkeypatch.delenv("AWS_PROFILE", raising=False)
         yield endpoint, keys
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def node_profile(endpoint: str, keys: tuple[str, str], name: str, action: str) -> str:
