@@ -26,6 +26,7 @@ from provisioner.domain.plan import Decision, ReasonCode, decision_id
 from provisioner.domain.records import Intent
 from provisioner.plan.backoff import Backoff
 from provisioner.reconcile.context import PassContext, PassReport
+from provisioner.reconcile.snapshot_view import seen_by_intent
 
 log = logging.getLogger("provisioner.loop")
 
@@ -35,10 +36,7 @@ def follow_launches(
 ) -> Backoff:
     """Settle the scale-ups whose launches the cloud failed since they were confirmed; the
     back-off those failures imply is returned."""
-    seen: dict[str, int] = {}
-    for si in ctx.store.instances(live_only=False):
-        if si.intent_token:
-            seen[si.intent_token] = seen.get(si.intent_token, 0) + 1
+    seen = seen_by_intent(ctx)
     since = now - ctx.config.placeholder_s
     for it in ctx.store.intents(
         kind=IntentKind.SCALE_UP, status=IntentStatus.CONFIRMED, since_ts=since

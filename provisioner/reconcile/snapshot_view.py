@@ -123,15 +123,21 @@ def unrecorded(
     ]
 
 
+def seen_by_intent(ctx: PassContext) -> dict[str, int]:
+    """How many instances each intent's call has shown so far (stored under its token)."""
+    seen: dict[str, int] = {}
+    for si in ctx.store.instances(live_only=False):
+        if si.intent_token:
+            seen[si.intent_token] = seen.get(si.intent_token, 0) + 1
+    return seen
+
+
 def placeholders(
     ctx: PassContext, live: Sequence[StoredInstance], now: float
 ) -> list[CloudInstance]:
     """Capacity a confirmed scale-up asked for that the listing does not show yet: counted
     as requested so the next pass does not buy it twice."""
-    seen: dict[str, int] = {}
-    for si in ctx.store.instances(live_only=False):
-        if si.intent_token:
-            seen[si.intent_token] = seen.get(si.intent_token, 0) + 1
+    seen = seen_by_intent(ctx)
     out: list[CloudInstance] = []
     since = now - ctx.config.placeholder_s
     for it in ctx.store.intents(kind="scale_up", status="confirmed", since_ts=since):
