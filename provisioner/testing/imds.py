@@ -17,6 +17,9 @@ configuring-instance-metadata-service.html, .../work-with-tags-in-IMDS.html):
   `.../<role>` gives that role's temporary credentials (the stand-in assumes the role for the
   instance with sts:AssumeRole, as EC2 does; with moto's IAM enforcement on, the VM's requests
   are then authorised by that role's policy);
+- `/latest/meta-data/spot/instance-action` and `.../events/recommendations/rebalance` are 404
+  until EC2 warns the spot instance, then its notice (read from the moto fault layer's
+  `GET /_spot/<id>`, see `spot_notices`);
 - a missing path is 404.
 Simplified: only the paths the node bootstrap reads; tokens never expire; no IMDSv1 fallback,
 no hop limit (there is no container in between). moto does not copy a launch template's
@@ -30,6 +33,7 @@ import argparse
 import http.server
 import json
 import secrets
+import urllib.request
 from typing import Any
 
 from provisioner.testing.metadata_server import METADATA_ADDRESS, TextHandler, serve
@@ -43,8 +47,15 @@ CREDENTIALS = "/latest/meta-data/iam/security-credentials/"
 
 class Imds:
     def __init__(
-        self, ec2: Any, autoscaling: Any, instance_id: str, iam: Any = None, sts: Any = None
+        self,
+        ec2: Any,
+        autoscaling: Any,
+        instance_id: str,
+        iam: Any = None,
+        sts: Any = None,
+        endpoint: str = "",
     ) -> None:
+        self.endpoint = endpoint  # moto's server: the spot warnings come from its fault layer
         self.ec2 = ec2
         self.autoscaling = autoscaling
         self.iam = iam
@@ -105,7 +116,21 @@ class Imds:
         inst: dict[str, Any] = res[0]["Instances"][0]
         return inst
 
+    def spot(self, name: str) -> str | None:
+        """The instance's spot notice `name` (instance_action, rebalance), or None (404)."""
+        if not self.endpoint:
+            return None
+        url = f"{self.endpoint}/_spot/{self.instance_id}"
+        with urllib.request.urlopen(url, timeout=5) as resp:  # the tests' /24 only
+            found = json.loads(resp.read())
+        value = found.get(name)
+        return json.dumps(value) if value else None
+
     def answer(self, path: str) -> str | None:
+        if path == "/latest/meta-data/spot/instance-action":
+            return self.spot("instance_action")
+        if path == "/latest/meta-data/events/recommendations/rebalance":
+            return self.spot("rebalance")
         inst = self._instance()
         if path == "/latest/meta-data/instance-id":
             return self.instance_id
@@ -155,7 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     asg = boto3.client("autoscaling", region_name=args.region, endpoint_url=args.endpoint)
     iam = boto3.client("iam", region_name=args.region, endpoint_url=args.endpoint)
     sts = boto3.client("sts", region_name=args.region, endpoint_url=args.endpoint)
-    serve(handler_for(Imds(ec2, asg, args.instance, iam, sts)), args.bind, args.port)
+    imds = Imds(ec2, asg, args.instance, iam, sts, endpoint=args.endpoint)
+    serve(handler_for(imds), args.bind, args.port)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,16 @@ moto 5 has no error-injection API for EC2 or Auto Scaling, so this module adds t
   kept as an activity stamped on the stand-in's clock and answered newest first, as AWS keeps
   them (moto itself answers `DescribeScalingActivities` empty). `set_result_delay` makes every
   outcome arrive that many seconds late (`InProgress` until then), as a real group's does.
+* **Spot warnings** (`spot_notices`): the interruption notice and the rebalance recommendation
+  EC2 puts in a spot instance's metadata (`warn_spot`, `recommend_rebalance`), served to the
+  IMDS stand-in at `GET /_spot/<instance id>`; at the notice's time the instance is taken.
 * **Groups that act on their own** (`asg_autonomy`, in-process only): AZRebalance,
   ReplaceUnhealthy and Capacity Rebalancing, which moto names but never runs
   (`UpdateAutoScalingGroup`'s `CapacityRebalance`, which moto ignores, is applied here).
 
 Control it from Python (`add_fault`, `set_capacity`, `set_launch_error`, `set_result_delay`,
 `reset`) or over HTTP: `POST /_faults` (a fault as JSON, or `{"capacity": {...}}`),
-`DELETE /_faults`, `GET /_faults`.
+`DELETE /_faults`, `GET /_faults`; spot warnings at `POST /_spot` and `GET /_spot/<id>`.
 
 **The cloud's own clock** (`use_clock`): a real cloud stamps launches, terminations and its
 answers' `Date` header on its clock, not the caller's. moto stamps them on the wall clock; with a
@@ -60,6 +63,7 @@ from xml.sax.saxutils import escape
 from provisioner.domain.errors import InvalidArgument, InvalidState
 from provisioner.testing import asg_autonomy
 from provisioner.testing.asg_activities import LAUNCH_ERRORS, ActivityLog
+from provisioner.testing.spot_notices import NOTICE_S, SpotNotices
 
 _EC2_ERR = (
     '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code>'
@@ -117,6 +121,7 @@ class _State:
     # (region, instance type) -> the kind of launch error every launch of it meets
     launch_errors: dict[tuple[str, str], str] = field(default_factory=dict)
     activities: ActivityLog = field(default_factory=ActivityLog)
+    notices: SpotNotices = field(default_factory=SpotNotices)
     lock: threading.RLock = field(default_factory=threading.RLock)
     # set while a `hold_s` answer is being held (a caller is mid cloud call)
     holding: threading.Event = field(default_factory=threading.Event)
@@ -135,8 +140,12 @@ class FaultMiddleware:
         self.state = state
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        if environ.get("PATH_INFO", "") == "/_faults":
+        path = environ.get("PATH_INFO", "")
+        if path == "/_faults":
             return self._control(environ, start_response)
+        self.state.notices.carry_out(self.state.now())  # the warned instances whose time came
+        if path.startswith("/_spot"):
+            return self._spot(environ, path, start_response)
         n = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(n) if n else b""
         environ["wsgi.input"] = io.BytesIO(body)  # hand the body back to moto
@@ -194,6 +203,23 @@ class FaultMiddleware:
             type="Server" if f.status >= 500 else "Sender",
         )
         return _xml(start_response, f.status, text)
+
+    def _spot(self, environ: dict[str, Any], path: str, start_response: Callable[..., Any]) -> Any:
+        """`GET /_spot/<id>`: the instance's notices (the IMDS stand-in reads them). `POST
+        /_spot` `{"instance_id", "region", "kind": "interruption"|"rebalance", "lead_s"}`: EC2
+        gives one now (a test on another process, or the demo)."""
+        notices = self.state.notices
+        if environ["REQUEST_METHOD"] == "POST":
+            n = int(environ.get("CONTENT_LENGTH") or 0)
+            data = json.loads(environ["wsgi.input"].read(n) or b"{}")
+            iid, region = str(data["instance_id"]), str(data.get("region", "us-east-1"))
+            if data.get("kind", "interruption") == "rebalance":
+                notices.recommend_rebalance(iid, region, self.state.now())
+            else:
+                notices.warn(iid, region, self.state.now(), float(data.get("lead_s", NOTICE_S)))
+            path = f"/_spot/{iid}"
+        found = notices.metadata(path[len("/_spot/") :])
+        return _xml(start_response, 200, json.dumps(found), "application/json")
 
     def _control(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         method = environ["REQUEST_METHOD"]
@@ -452,6 +478,20 @@ class FaultyMotoServer:
         with self.state.lock:
             self.state.activities.result_delay_s = seconds
 
+    def warn_spot(self, instance_id: str, region: str, lead_s: float = NOTICE_S) -> None:
+        """EC2's interruption notice for a spot instance: in its metadata from now (the
+        stand-in's clock), and the instance taken `lead_s` later."""
+        self.state.notices.warn(instance_id, region, self.state.now(), lead_s)
+
+    def recommend_rebalance(self, instance_id: str, region: str) -> None:
+        """EC2's rebalance recommendation for a spot instance, in its metadata from now."""
+        self.state.notices.recommend_rebalance(instance_id, region, self.state.now())
+
+    def take_due_spot(self) -> list[str]:
+        """Take the warned instances whose time has come now (the layer also does it on every
+        request); the ids taken."""
+        return self.state.notices.carry_out(self.state.now())
+
     def hits(self, action: str) -> int:
         with self.state.lock:
             return self.state.hits.get(action, 0)
@@ -467,6 +507,7 @@ class FaultyMotoServer:
         self.clear_faults()
         with self.state.lock:
             self.state.activities.clear()  # moto forgot the groups: their history goes too
+        self.state.notices.clear()
 
 
 @contextlib.contextmanager
