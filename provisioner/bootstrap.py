@@ -96,6 +96,9 @@ class Settings(BaseSettings):
     gce_endpoint: str | None = None
     gcp_project: str = ""
     pool_driver: Literal["auto", "sdk", "pulumi"] = "auto"
+    # munged's socket for decoding burst nodes' signed spot warnings: the one slurmctld uses
+    # ("" = munge's default, /run/munge/munge.socket.2)
+    munge_socket: str = ""
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8000, ge=0, le=65535)
     metrics_public: bool = False
@@ -279,6 +282,7 @@ class Controller:
         if self._app is None:
             from provisioner.account.focus import FocusOptions
             from provisioner.api.app import ApiDeps, create_app
+            from provisioner.observe.munge_credentials import MungeDecoder
 
             rec = self.reconciler
 
@@ -298,6 +302,8 @@ class Controller:
                     focus=FocusOptions(controller=self.policy.controller),
                     metrics_public=self.settings.metrics_public,
                     policy=self.policy,
+                    spot_inbox=rec.deps.spot_inbox,
+                    munge=MungeDecoder(self.settings.munge_socket),
                 )
             )
         return self._app
@@ -364,6 +370,7 @@ def build_controller(
         before_pass=before_pass,
         leadership=leadership_for(settings, store, policy.controller),
     )
+    reconciler.deps.spot_inbox.on_post(loop.wake)
     return Controller(settings, policy, clock, store, reconciler, loop)
 
 

@@ -18,6 +18,8 @@ from provisioner.clock import Clock
 from provisioner.config.models import Policy
 from provisioner.domain.plan import Plan
 from provisioner.domain.snapshot import ClusterSnapshot
+from provisioner.observe.munge_credentials import MungeDecoder
+from provisioner.observe.spot_inbox import SpotInbox
 from provisioner.ports.store import ControllerStore
 
 
@@ -32,6 +34,8 @@ class ApiDeps:
     - `metrics_public`: serve `/metrics` without a token (default: viewer token needed).
     - `policy`: the policy (or a callable giving the current one) for the GPU waste and health
       views; None: `Policy()` defaults.
+    - `spot_inbox` and `munge`: where burst nodes' spot warnings go, and the decoder of the
+      MUNGE credentials they come signed with; None: `POST /v1/nodes/{node}/warnings` is 503.
     """
 
     store: ControllerStore
@@ -45,6 +49,8 @@ class ApiDeps:
     title: str = "GPU burst provisioner"
     policy: Policy | Callable[[], Policy] | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    spot_inbox: SpotInbox | None = None
+    munge: MungeDecoder | None = None
 
 
 def deps_of(request: Request) -> ApiDeps:

@@ -180,6 +180,19 @@ class SpotRisk(Strict):
     rework_fraction: float = Field(default=0.5, ge=0, le=1)
 
 
+class Interruptions(Strict):
+    """What a spot warning does to the node's running jobs (docs/clouds.md, "Spot warnings").
+
+    On an interruption notice (AWS, 2 min) or a preemption (GCE, about 30 s) the node is
+    drained and its running jobs get `signal` (Slurm `scancel --signal=<signal> --full`: the
+    batch shell and every step); `checkpoint_s` later, and never later than `margin_s` before
+    the VM goes, Slurm requeues them and the instance is ended."""
+
+    signal: str = Field(default="USR1", pattern=r"^(|[A-Z][A-Z0-9+]{0,15})$")  # "": no signal
+    checkpoint_s: float = Field(default=20.0, ge=0, le=110)
+    margin_s: float = Field(default=5.0, ge=0, le=60)
+
+
 class Health(Strict):
     """GPU health alert thresholds (NVML agent samples)."""
 
@@ -238,6 +251,9 @@ class NodeBootstrap(Strict):
     ssm_endpoint: str = ""
     images: dict[str, str] = Field(default_factory=dict)  # "aws" or "aws/us-east-1" -> image
     gcp_project: str = ""
+    # The controller's API as burst nodes reach it (http://host:port). The node's spot watcher
+    # reports its cloud's warnings there; "" runs no watcher.
+    controller_api: str = Field(default="", pattern=r"^(|https?://[^\s/]+(/[^\s]*)?)$")
 
 
 class Policy(Strict):
@@ -248,6 +264,7 @@ class Policy(Strict):
     budgets: Budgets = Budgets()
     guardrails: Guardrails = Guardrails()
     spot: SpotRisk = SpotRisk()
+    interruptions: Interruptions = Interruptions()
     health: Health = Health()
     telemetry: Telemetry = Telemetry()
     node: NodeBootstrap = NodeBootstrap()

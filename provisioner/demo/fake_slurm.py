@@ -160,6 +160,7 @@ class FakeSlurm:
         self._t = clock.now().timestamp()
         self.calls: list[tuple[str, str]] = []  # (what, target) for tests and the demo log
         self.requeues: list[tuple[str, str, float, str, bool]] = []
+        self.signals: list[tuple[str, str, float]] = []  # (job, signal, when) from warn_jobs
         self.runs: list[JobRun] = []  # the job log: every run that started, ended or cut short
         self.boots: list[tuple[str, str, float]] = []  # (node, machine, when it registered)
 
@@ -252,6 +253,19 @@ class FakeSlurm:
             self.calls.append(("down", name))
         self._schedule()
         return tuple(jobs)
+
+    def warn_jobs(self, nodes: str | Iterable[str], signal: str, reason: str) -> tuple[str, ...]:
+        """Drain (no new work) and note the signal each running job got, by job id."""
+        self.advance()
+        jobs: list[str] = []
+        for name in self._names(nodes):
+            n = self.nodes[name]
+            n.drain, n.reason = True, reason
+            jobs.extend(n.alloc)
+            self.calls.append(("warn", name))
+        if signal:
+            self.signals.extend((jid, signal, self._t) for jid in jobs)
+        return tuple(jobs) if signal else ()
 
     def set_address(self, node: str, address: str, hostname: str | None = None) -> None:
         (name,) = self._names(node)

@@ -36,6 +36,8 @@ class ReasonCode(StrEnum):
     NODE_ADDRESS_MISMATCH = "node_address_mismatch"
     # the cloud gave up on launches of a confirmed scale-up: the group shrinks to what it holds
     LAUNCH_FAILED = "launch_failed"
+    # the cloud warned it takes a spot VM away: jobs signalled, requeued, the instance ended
+    SPOT_WARNING = "spot_warning"
 
 
 class Rejection(StrEnum):

@@ -129,7 +129,13 @@ class PassActuation:
         for fix in sp.nodes:
             _add(report, self.slurm.fix_node(fix.node, fix.action, fix.reason))
         for k in sp.kills:
-            reason = ReasonCode.JOIN_TIMEOUT if k.join_failure else ReasonCode.TERMINATE_DRAINED
+            reason = (
+                ReasonCode.JOIN_TIMEOUT
+                if k.join_failure
+                else ReasonCode.SPOT_WARNING
+                if k.spot_warning
+                else ReasonCode.TERMINATE_DRAINED
+            )
             did = decision_id(now, reason, k.instance_id)
             if k.transition:
                 self.store.record_decisions(
@@ -144,6 +150,16 @@ class PassActuation:
                     now,
                 )
             self._kill(k, did, now, report)
+
+    def apply_signals(self, sp: SyncPlan, report: PassReport) -> list[str]:
+        """Drain and signal the nodes of instances warned away; the ids of those done."""
+        done: list[str] = []
+        for s in sp.signals:
+            out = self.slurm.warn_jobs(s.node, s.signal, s.reason)
+            _add(report, out)
+            if not out.errors:
+                done.append(s.instance_id)
+        return done
 
     def _adopt(self, adopt: Iterable[Adopt], now: float, report: PassReport, *, say: bool) -> None:
         by_token: dict[str, list[CloudInstance]] = {}

@@ -25,6 +25,7 @@ from provisioner.domain.cloud_clock import SkewTracker
 from provisioner.domain.offers import Offer, OfferKey
 from provisioner.domain.records import StoredInstance
 from provisioner.observe.slurm.observer import SlurmObserver
+from provisioner.observe.spot_inbox import SpotInbox
 from provisioner.plan.catalog import Catalog
 from provisioner.ports.store import ControllerStore
 from provisioner.register.ports import JobControl, NodeControl, NodeLauncher
@@ -94,6 +95,8 @@ class ReconcilerDeps:
     config: LoopConfig = field(default_factory=LoopConfig)
     # the clouds' measured skew, fed by the adapters' answers (a fresh one unless shared)
     skews: SkewTracker = field(default_factory=SkewTracker)
+    # burst nodes' spot warnings, posted by the API (a fresh, empty one unless shared)
+    spot_inbox: SpotInbox = field(default_factory=SpotInbox)
 
 
 @dataclass

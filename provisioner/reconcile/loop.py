@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from provisioner.account.ledger import Accountant
@@ -45,6 +45,7 @@ from provisioner.clock import ClockMark, SteadyClock
 from provisioner.domain.instances import DEFAULT_STATE_TIMEOUTS_S, InstanceState, join_lease_s
 from provisioner.domain.intents import IntentKind
 from provisioner.domain.plan import Decision, Plan, ReasonCode
+from provisioner.domain.records import StoredInstance
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.gpu_view import planning_view
@@ -74,7 +75,7 @@ from provisioner.reconcile.outcomes import error_code, rebuild_backoff
 from provisioner.reconcile.recovery import recover_intents
 from provisioner.reconcile.runtime_learning import RuntimeLearner
 from provisioner.reconcile.snapshot_view import EffectivePolicy, enrich, list_owned, observe
-from provisioner.reconcile.sync import TERMINABLE, SyncInput, plan_sync
+from provisioner.reconcile.sync import TERMINABLE, SyncInput, SyncPlan, plan_sync
 from provisioner.register.node_sync import NodeSync
 from provisioner.register.registrar import SlurmRegistrar
 
@@ -139,6 +140,7 @@ class Reconciler:
         self.last_snapshot: ClusterSnapshot | None = None
         self.last_plan: Plan | None = None
         self.last_report: PassReport | None = None
+        self.wake_at: float | None = None  # a step planned for then (the controller's clock)
         # A pass that raised leaves no report: remember when and why, so /v1/status and the
         # metrics show it instead of the last good pass's empty error list.
         self.failed_passes = 0
@@ -258,13 +260,18 @@ class Reconciler:
                 last_alive=self.listings.last_alive,
                 gone_since=self.listings.gone_since,
                 set_addresses=self.policy.node.node_address == "instance",
+                warnings=self.deps.spot_inbox.held(),
+                signalled=self.deps.spot_inbox.signalled(),
+                interruptions=self.policy.interruptions,
             )
         )
+        self.wake_at = splan.wake_at
         for w in splan.warnings:
             log.warning("%s", w)
         report.warnings.extend(splan.warnings)
         self._sweep_valve(splan.sweep_hold, operator.sweep_hold_reason, now, report)
         self.actuation.apply_sync(splan, now, snap, report)
+        self._spot_warnings(splan, records, now, report)
         self.backoff = follow_launches(self.ctx, self.backoff, self.scale_ups.settings, now, report)
         if splan.kills:
             # A group may launch a replacement as soon as it is told about a reclaimed or
@@ -289,6 +296,15 @@ class Reconciler:
         report.seconds = time.monotonic() - t0
         self.last_report = report
         return report
+
+    def _spot_warnings(
+        self, splan: SyncPlan, records: Sequence[StoredInstance], now: float, report: PassReport
+    ) -> None:
+        """Signal the jobs of nodes warned away; forget the warnings of closed records."""
+        inbox = self.deps.spot_inbox
+        for iid in self.actuation.apply_signals(splan, report):
+            inbox.mark_signalled(iid, now)
+        inbox.keep_only(si.instance.instance_id for si in records if not si.instance.state.terminal)
 
     def _keep_clocks(self, now: float) -> None:
         """Store where the clock stands (a restart on this boot carries on from it; the
@@ -395,7 +411,9 @@ class Reconciler:
 
 class ControllerLoop:
     """Runs passes every `tick_s` until stopped. A stop request (SIGTERM) lets the current
-    pass finish; the wait between passes is an Event wait, so a stop ends it at once.
+    pass finish; the wait between passes is an Event wait, so a stop ends it at once. `wake`
+    (a burst node's spot warning, posted by the API) starts the next pass at once, and a pass
+    that planned a step for a given time (`Reconciler.wake_at`) gets its next pass then.
 
     With `leadership` (HA: several controllers on one store), a pass runs only while this
     controller holds the lease; otherwise it stands by for the tick. A clean stop releases
@@ -419,10 +437,23 @@ class ControllerLoop:
         self.on_pass = on_pass
         self.before_pass = before_pass
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self.failures = 0
 
     def request_stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Run the next pass now, not at the tick."""
+        self._wake.set()
+
+    def _wait_s(self, started: float) -> float:
+        wait = self.tick_s - (time.monotonic() - started)
+        due = self.reconciler.wake_at
+        if due is not None:
+            wait = min(wait, due - self.reconciler.ctx.now())
+        return max(0.0, wait)
 
     @property
     def stopping(self) -> bool:
@@ -455,7 +486,8 @@ class ControllerLoop:
             n += 1
             if max_passes is not None and n >= max_passes:
                 break
-            self._stop.wait(max(0.0, self.tick_s - (time.monotonic() - t0)))
+            self._wake.wait(self._wait_s(t0))
+            self._wake.clear()
         if self.leadership is not None:
             self.leadership.release()
         return n

@@ -11,6 +11,7 @@ from provisioner.reconcile.sync_lifecycle import handle_slurm_steps
 from provisioner.reconcile.sync_model import Kill, Move, S
 from provisioner.reconcile.sync_pass import SyncPlanBuilder, SyncView
 from provisioner.reconcile.sync_records import terminated_at
+from provisioner.reconcile.sync_warnings import handle_warned
 
 _STOPPED = (CloudState.STOPPING, CloudState.STOPPED)
 
@@ -26,7 +27,7 @@ def handle_record(view: SyncView, out: SyncPlanBuilder, inst: CloudInstance) -> 
         handle_cloud_stopped(view, out, inst, o)
     elif inst.state is S.TERMINATING:
         handle_still_listed(view, out, inst, o)
-    else:
+    elif not handle_warned(view, out, inst, o):
         handle_listed(view, out, inst, o)
 
 

@@ -8,11 +8,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from provisioner.act.ports import OwnedInstance
+from provisioner.config.models import Interruptions
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.nodes import NodeState
 from provisioner.domain.offers import Offer
 from provisioner.domain.records import Intent, StoredInstance
 from provisioner.domain.snapshot import ClusterSnapshot
+from provisioner.domain.spot_warnings import SpotWarning
 
 S = InstanceState
 JOINED = frozenset(
@@ -68,6 +70,7 @@ class Kill:
     fail_node: str = ""
     transition: bool = True
     join_failure: bool = False
+    spot_warning: bool = False  # the cloud warned it takes the instance away
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,17 @@ class NodeFix:
 
 
 @dataclass(frozen=True, slots=True)
+class SignalJobs:
+    """A spot warning that ends the instance: drain its node and send its running jobs
+    `signal` (none when ""), so they can checkpoint before Slurm requeues them."""
+
+    instance_id: str
+    node: str
+    signal: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class SyncPlan:
     adopt: tuple[Adopt, ...] = ()
     bind: tuple[Bind, ...] = ()
@@ -101,6 +115,10 @@ class SyncPlan:
     orphans: tuple[CloudInstance, ...] = ()  # records to create, rebuilt from cloud tags
     sweep_hold: str = ""  # the safety valve holds the sweep, and why
     warnings: tuple[str, ...] = ()  # cloud stamps far outside what the controller saw
+    signals: tuple[SignalJobs, ...] = ()
+    # the earliest time a step planned for later is due (a requeue after a spot warning's
+    # checkpoint time): the loop runs a pass then, not only at its next tick
+    wake_at: float | None = None
 
     @property
     def empty(self) -> bool:
@@ -113,6 +131,7 @@ class SyncPlan:
             or self.nodes
             or self.mismatches
             or self.orphans
+            or self.signals
         )
 
 
@@ -146,6 +165,10 @@ class SyncInput:
     first_request_ts: float | None = None
     # node_address=instance: NodeAddr is set from the cloud's answer and checked every pass
     set_addresses: bool = True
+    # instance id -> the spot warnings its node reported, and when its jobs were signalled
+    warnings: Mapping[str, Sequence[SpotWarning]] = field(default_factory=dict)
+    signalled: Mapping[str, float] = field(default_factory=dict)
+    interruptions: Interruptions = field(default_factory=Interruptions)
     # record id -> when a complete listing first lacked its instance: a VM that vanished
     # without an end stamp (GCE forgets deleted VMs) is billed until then, not until the
     # sweep gets round to closing its record

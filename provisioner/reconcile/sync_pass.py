@@ -23,6 +23,7 @@ from provisioner.reconcile.sync_model import (
     Move,
     NameNode,
     NodeFix,
+    SignalJobs,
     SyncInput,
     SyncPlan,
 )
@@ -133,6 +134,13 @@ class SyncPlanBuilder:
     fixes: dict[str, NodeFix] = field(default_factory=dict)  # node name -> its fix
     mismatches: list[AddressMismatch] = field(default_factory=list)
     orphans: list[CloudInstance] = field(default_factory=list)
+    signals: list[SignalJobs] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # plan warnings of the handlers' own
+    wake_at: float | None = None
+
+    def wake_by(self, ts: float) -> None:
+        """Ask for a pass no later than `ts`."""
+        self.wake_at = ts if self.wake_at is None else min(self.wake_at, ts)
 
     def kill(
         self,
@@ -142,6 +150,7 @@ class SyncPlanBuilder:
         *,
         fail: bool = False,
         join: bool = False,
+        spot: bool = False,
     ) -> None:
         """Terminate a recorded instance (once); `fail` its node first where Slurm's view is
         fresh; `join`: it failed to join."""
@@ -156,6 +165,7 @@ class SyncPlanBuilder:
             fail_node=node,
             transition=inst.state in TERMINABLE,
             join_failure=join,
+            spot_warning=spot,
         )
 
     def fail_node(self, name: str, reason: str) -> None:
@@ -206,5 +216,7 @@ class SyncPlanBuilder:
             mismatches=tuple(self.mismatches),
             orphans=tuple(self.orphans),
             sweep_hold=sweep_hold,
-            warnings=tuple(self.stamps.warnings),
+            warnings=(*self.stamps.warnings, *self.notes),
+            signals=tuple(self.signals),
+            wake_at=self.wake_at,
         )

@@ -73,6 +73,19 @@ class SlurmRegistrar:
             return SlurmOutcome(errors=(f"node {node} {action}: {exc}",))
         return NOTHING
 
+    def warn_jobs(self, node: str, signal: str, reason: str) -> SlurmOutcome:
+        """A spot warning: drain the node and signal its running jobs (they may checkpoint)."""
+        ctl = self.node_control
+        if ctl is None:
+            return NOTHING
+        self.records.check_fence()
+        try:
+            jobs = ctl.warn_jobs(node, signal, reason)
+        except ProvisionerError as exc:
+            return SlurmOutcome(errors=(f"node {node} warn: {exc}",))
+        log.info("slurm node %s: drained, jobs %s signalled %s (%s)", node, jobs, signal, reason)
+        return NOTHING
+
     def set_address(self, node: str, address: str) -> SlurmOutcome:
         """NodeAddr (and NodeHostname) of a node powering up: the address of the instance
         bound to it, from the cloud, before the instance learns the node's name."""

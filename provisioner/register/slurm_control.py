@@ -14,6 +14,8 @@ Node life in Slurm's power saving, as the controller drives it:
 * `mark_failed` / `handle_interruption`: take the node out of service with its work (never
   joined, spot interruption). See `_stop_work` for why the order is list, drain, list, down, and
   why the controller never requeues a job itself unless Slurm failed it.
+* `warn_jobs`: a spot warning: drain, then `scancel --signal=<sig> --full` to the running jobs
+  (the batch shell and every step), so they can checkpoint before the node is failed.
 * `resume`: `state=resume`, back into service (a powered-down CLOUD node returns to `idle~`).
 """
 
@@ -60,11 +62,13 @@ class SlurmControl:
         timeout_s: float = 15.0,
         scontrol: str = "scontrol",
         squeue: str = "squeue",
+        scancel: str = "scancel",
     ) -> None:
         self._runner = runner
         self._timeout_s = timeout_s
         self._scontrol = scontrol
         self._squeue = squeue
+        self._scancel = scancel
 
     # ------------------------------------------------------------------ plumbing
     def _run(self, argv: list[str]) -> CommandResult:
@@ -114,6 +118,19 @@ class SlurmControl:
         """A spot interruption notice: the instance is going away, so its jobs go back to the
         queue now and the node powers down so Slurm stops expecting it."""
         return self._stop_work(nodes, _reason(reason), "state=power_down_force")
+
+    def warn_jobs(self, nodes: str | Iterable[str], signal: str, reason: str) -> tuple[str, ...]:
+        """Drain the nodes (no new work) and send `signal` to the jobs running on them ("" sends
+        none). Jobs are signalled by id, never by a node filter: `scancel -w` without
+        `--signal` would cancel them. Returns the ids of the jobs signalled."""
+        why = _reason(reason)
+        if signal and not signal.isalnum():
+            raise InvalidArgument(f"bad signal name {signal!r}")
+        self.drain(nodes, why)
+        jobs = self.jobs_on(nodes)
+        if signal and jobs:
+            self._checked([self._scancel, f"--signal={signal}", "--full", *jobs])
+        return jobs if signal else ()
 
     def _stop_work(self, nodes: str | Iterable[str], why: str, final: str) -> tuple[str, ...]:
         """List, drain, list again, then the final state change, which makes Slurm kill and

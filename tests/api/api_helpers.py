@@ -20,6 +20,8 @@ from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Alternative, Decision, Plan, ReasonCode, Rejection, ScaleUp
 from provisioner.domain.records import JobUsage, NewIntent
 from provisioner.domain.snapshot import ClusterSnapshot
+from provisioner.observe.munge_credentials import MungeDecoder
+from provisioner.observe.spot_inbox import SpotInbox
 from provisioner.store import Store
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -172,6 +174,9 @@ def make_env(store: Store, *, planner: bool = True, **kw) -> Env:
         planner=a_plan if planner else None,
         snapshot=a_snapshot,
         status_extra=lambda: {"last_pass": "ok"},
+        # as the controller builds it; no munged answers here, so every credential is refused
+        spot_inbox=SpotInbox(),
+        munge=MungeDecoder("/nonexistent/munge.sock"),
         **kw,
     )
     tokens = {

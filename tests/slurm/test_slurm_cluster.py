@@ -198,6 +198,26 @@ def test_spot_interruption_drains_and_requeues(cluster: Cluster) -> None:
     c.wait("slurmd stopped", lambda s: not c.launcher.running(name), timeout=20)
 
 
+def test_a_spot_warning_signals_the_running_job_and_drains_its_node(cluster: Cluster) -> None:
+    """`warn_jobs`: the batch script's own trap sees USR1 (it may checkpoint), the node takes
+    no new work, and the job is still running: the requeue comes later, with the node's end."""
+    c = cluster
+    name = c.cloud_nodes[3]
+    _boot(c, name)
+    seen = c.dir / "jobs" / f"usr1-{c.now():.0f}"
+    script = f'trap "echo checkpoint > {seen}; exit 0" USR1; while :; do sleep 1; done'
+    jid = c.sbatch("-p", "cloud", "-w", name, "--gres=gpu:2", "--requeue", wrap=script)
+    c.wait("the job to run", lambda s: job(s, jid).state is JobState.RUNNING, timeout=40)
+    assert c.control.warn_jobs(name, "USR1", "AWS spot interruption notice") == (jid,)
+    c.wait("the job's trap to run", lambda s: seen.exists() and s, timeout=20)
+    assert seen.read_text().strip() == "checkpoint"
+    snap = c.snapshot()
+    assert node(snap, name).state in (NodeState.DRAINING, NodeState.DRAINED)
+    assert "spot interruption" in c.sh("sinfo", "-h", "-n", name, "-o", "%E")
+    # no signal named: the node drains, and no job is signalled
+    assert c.control.warn_jobs(name, "", "again") == ()
+
+
 def test_job_requeued_from_a_cloud_node_that_never_booted_still_runs(cluster: Cluster) -> None:
     """A job allocated to a CLOUD node whose instance never comes is requeued when the node is
     marked failed. On 22.05 it keeps the node alias "TBD" and fails to launch on an on-prem
