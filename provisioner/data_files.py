@@ -19,6 +19,7 @@ _SOURCE = {"policies": "policies", "infra": "infra", "traces": "data/traces"}
 SAMPLE_TRACE = "philly_2017-10-02_4w.csv.gz"
 BOOTSTRAP_TEMPLATE = Path("bootstrap") / "slurm-node.cloud-init.yaml"
 BOOTSTRAP_JOIN = Path("bootstrap") / "gpu-burst-join.py"
+BOOTSTRAP_WATCH = Path("bootstrap") / "gpu-burst-watch.py"
 
 
 def _shipped(name: str) -> Path:
@@ -67,6 +68,11 @@ def bootstrap_template() -> Path:
 def bootstrap_join_program() -> Path:
     """The program a burst node runs at first boot to join as the node it was bound to."""
     return infra_dir() / BOOTSTRAP_JOIN
+
+
+def bootstrap_watch_program() -> Path:
+    """The program that reports a burst node's spot warnings to the controller."""
+    return infra_dir() / BOOTSTRAP_WATCH
 
 
 def cloud_init_schema() -> Path:

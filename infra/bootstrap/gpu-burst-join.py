@@ -13,6 +13,8 @@ first boot. Standard library only (Python 3.9 to 3.13): it runs on the image's o
    so the name speaks for this one instance; the hostname proves nothing.
 3. Puts the munge key in place (the command in node.json prints it), never an empty one.
 4. Starts munged, then slurmd in configless mode as that node: `slurmd -N <node> --conf-server`.
+5. Where node.json names the controller's API, starts the spot watcher (gpu-burst-watch) as
+   a systemd unit that restarts it if it dies.
 
 What it learnt is written to /run/gpu-burst/joined.json. Exit status 0 once slurmd was started.
 """
@@ -258,6 +260,10 @@ def main() -> int:
     subprocess.run(["systemctl", "daemon-reload"], check=True)
     subprocess.run(["systemctl", "enable", "--now", "munge"], check=True)
     subprocess.run(["systemctl", "enable", "--now", "slurmd"], check=True)
+    if cfg.get("controller_api"):
+        watch = ["/usr/bin/python3", "/usr/local/sbin/gpu-burst-watch"]
+        unit = ["--unit=gpu-burst-watch", "--property=Restart=always", "--property=RestartSec=2"]
+        subprocess.run(["systemd-run", *unit, *watch], check=True)
     return 0
 
 

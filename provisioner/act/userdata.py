@@ -10,6 +10,8 @@ The Pulumi programs and the SDK drivers send the same bytes.
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -27,6 +29,10 @@ from provisioner.domain.errors import InvalidArgument
 HEADER = "#cloud-config\n"
 NODE_SETTINGS = "/etc/gpu-burst/node.json"
 JOIN_PROGRAM = "/usr/local/sbin/gpu-burst-join"
+WATCH_PROGRAM = "/usr/local/sbin/gpu-burst-watch"
+# AWS refuses user-data over 16 KB (before base64): https://docs.aws.amazon.com/AWSEC2/latest/
+# UserGuide/user-data.html. GCE's limit on a metadata value (256 KB) is far above it.
+MAX_USER_DATA_BYTES = 16 * 1024
 
 
 def default_template_path() -> Path:
@@ -42,6 +48,7 @@ class NodeBootstrap:
     munge_key_parameter: str = ""  # AWS: SSM parameter read with the instance's role
     ssm_endpoint: str = ""  # "" = the region's public SSM endpoint
     join_deadline_s: int = 600  # how long the VM waits to be named before it gives up
+    controller_api: str = ""  # where the spot watcher reports; "" runs none
     template_path: Path | None = None
 
 
@@ -54,6 +61,7 @@ def bootstrap_from(node: NodeBootstrapPolicy, template_path: Path | None = None)
         munge_key_parameter=node.munge_key_parameter,
         ssm_endpoint=node.ssm_endpoint,
         join_deadline_s=node.join_deadline_s,
+        controller_api=node.controller_api,
         template_path=template_path,
     )
 
@@ -84,6 +92,7 @@ def node_settings(spec: PoolSpec, boot: NodeBootstrap) -> dict[str, Any]:
         "pool": spec.pool,
         "group": spec.group_name,
         "decision": spec.decision_id,
+        "controller_api": boot.controller_api,
     }
 
 
@@ -93,13 +102,28 @@ def bootstrap_document(spec: PoolSpec, boot: NodeBootstrap) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise InvalidArgument(f"{path}: a cloud-config template must be a mapping")
     settings = json.dumps(node_settings(spec, boot), indent=2, sort_keys=True) + "\n"
-    join = data_files.bootstrap_join_program().read_text(encoding="utf-8")
+    programs = [(JOIN_PROGRAM, data_files.bootstrap_join_program())]
+    if boot.controller_api:
+        programs.append((WATCH_PROGRAM, data_files.bootstrap_watch_program()))
     doc["write_files"] = [
         {"path": NODE_SETTINGS, "permissions": "0644", "content": settings},
-        {"path": JOIN_PROGRAM, "permissions": "0755", "content": join},
+        *(program_file(at, source) for at, source in programs),
         *doc.get("write_files", []),
     ]
     return doc
+
+
+def program_file(at: str, source: Path) -> dict[str, str]:
+    """A shipped program as a cloud-init file, gzipped (AWS's 16 KB user-data limit; the
+    programs are read in the repository, infra/bootstrap/). `mtime=0`: the same program
+    gives the same bytes, so a rendering changes only when the program does."""
+    packed = gzip.compress(source.read_bytes(), mtime=0)
+    return {
+        "path": at,
+        "permissions": "0755",
+        "encoding": "gz+b64",
+        "content": base64.b64encode(packed).decode(),
+    }
 
 
 class _Dumper(yaml.SafeDumper):
@@ -119,6 +143,12 @@ def render_user_data(spec: PoolSpec, boot: NodeBootstrap) -> str:
     doc = bootstrap_document(spec, boot)
     text = HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=4096)
     check_user_data(text)
+    size = len(text.encode())
+    if size > MAX_USER_DATA_BYTES:
+        raise InvalidArgument(
+            f"user-data for pool {spec.pool}: {size} bytes, over the {MAX_USER_DATA_BYTES} "
+            "bytes AWS accepts (a smaller munge_key_command or template)"
+        )
     if yaml.safe_load(text) != doc:  # what the VM reads is what was built
         raise InvalidArgument("user-data: the dumped document does not read back as built")
     return text

@@ -3,6 +3,8 @@ the sweep, specs from the policy, node bootstrap. No network."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -39,6 +41,7 @@ from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.offers import CapacityType, Offer
 from provisioner.plan.backoff import Backoff
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_800_000_000.0
 
 
@@ -429,7 +432,12 @@ def test_user_data_is_data_that_names_the_controller_and_runs_the_join_program(
     assert got == ("aws", "aws-a100", "d-42")
     assert settings["node_key"] == "slurm-node"
     join = files["/usr/local/sbin/gpu-burst-join"]
-    assert join["permissions"] == "0755" and join["content"].startswith("#!/usr/bin/python3")
+    assert join["permissions"] == "0755" and join["encoding"] == "gz+b64"
+    shipped = (
+        Path(__file__).resolve().parents[2] / "infra" / "bootstrap" / "gpu-burst-join.py"
+    ).read_bytes()
+    assert gzip.decompress(base64.b64decode(join["content"])) == shipped
+    assert "/usr/local/sbin/gpu-burst-watch" not in files  # no controller_api: no watcher
     assert doc["runcmd"] == [["/usr/bin/python3", "/usr/local/sbin/gpu-burst-join"]]
     # The node model: a declared CLOUD node joined by name, never a dynamic node (-Z).
     assert "-Z" not in text and "slurmd -N" not in text.replace("slurmd -N <node>", "")

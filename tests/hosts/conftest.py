@@ -125,6 +125,13 @@ class HostCluster:
             if line.startswith("AuthInfo=socket=")
         )
 
+    @property
+    def munge_socket_here(self) -> str:
+        """The cluster munged's socket as this machine sees it (24.11: inside its root)."""
+        root = self.dir / "root"
+        prefix = root.read_text().strip() if root.exists() else ""
+        return prefix + self.munge_socket
+
     def sh(self, *argv: str, timeout: float = 20) -> str:
         res = self.runner.run(list(argv), timeout_s=timeout)
         assert res.ok, res.describe()

@@ -76,6 +76,7 @@ def make_controller(
     gcp: tuple[str, str, Any] | None = None,
     node: dict[str, Any] | None = None,
     aws_keys: tuple[str, str] = MOTO_KEYS,
+    munge_socket: str = "",
 ) -> Controller:
     """The demo Slurm policy's controller, its VMs joining `cluster` by address. AWS: moto at
     `endpoint`, instances in `subnet`. `pools`/`images` replace the policy's; `gcp`: the GCE
@@ -107,6 +108,7 @@ def make_controller(
         gcp_project=project,
         pool_driver="sdk",
         tick_s=0.5,
+        munge_socket=munge_socket,
     )
     session = boto3.session.Session(
         aws_access_key_id=aws_keys[0], aws_secret_access_key=aws_keys[1], region_name=REGION
