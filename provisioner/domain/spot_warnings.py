@@ -57,15 +57,17 @@ class SpotWarning:
     def key(self) -> tuple[str, WarningKind]:
         return (self.instance_id, self.kind)
 
-    def deadline_ts(self) -> float | None:
-        """When the VM goes: the cloud's stated time, else the documented window from the
-        report (none for a recommendation)."""
+    def deadline_ts(self, skew_s: float = 0.0) -> float | None:
+        """When the VM goes, on the controller's clock: the notice's own time (on the cloud's
+        clock: `skew_s` is that clock minus the controller's), kept within the documented
+        window from the report, else the whole window (none for a recommendation)."""
         if not self.kind.ends_instance:
             return None
-        if self.action_ts is not None:
-            return self.action_ts
         window = GCE_PREEMPTION_S if self.kind is WarningKind.PREEMPTION else AWS_NOTICE_S
-        return self.noticed_ts + window
+        latest = self.noticed_ts + window
+        if self.action_ts is None:
+            return latest
+        return min(max(self.action_ts - skew_s, self.noticed_ts), latest)
 
 
 def _text(doc: dict[str, object], name: str, where: str) -> str:

@@ -74,7 +74,7 @@ def handle_warned(
         return _drain(view, out, node, warnings[0])
     w = ending[0]
     policy = view.inp.interruptions
-    deadline = w.deadline_ts()
+    deadline = w.deadline_ts(view.inp.skew_s.get(o.cloud, 0.0))
     assert deadline is not None  # an ending warning always has one
     latest = deadline - policy.margin_s
     signalled = view.inp.signalled.get(inst.instance_id)

@@ -41,6 +41,15 @@ def test_each_warning_ends_its_vm_within_the_documented_window_when_it_names_no_
     assert (aws.deadline_ts(), gce.deadline_ts(), hint.deadline_ts()) == (T + 120, T + 30, None)
 
 
+def test_the_notices_time_is_read_on_the_clouds_clock_and_kept_within_the_window():
+    # EC2 says 12:02:00 on its clock, which runs 30 s ahead of the controller's
+    w = SpotWarning("n", "i", WarningKind.INTERRUPTION, T, T + 120)
+    assert w.deadline_ts(skew_s=30) == T + 90
+    # a clock ten minutes ahead or behind never stretches or spends the documented window
+    assert w.deadline_ts(skew_s=-600) == T + 120
+    assert w.deadline_ts(skew_s=600) == T
+
+
 @pytest.mark.parametrize(
     ("raw", "named"),
     [
