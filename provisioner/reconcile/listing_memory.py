@@ -1,6 +1,7 @@
 """What the controller remembers of the clouds' listings between passes, on its own clock:
 when it first listed each instance (the orphan grace counts from there), when it last listed
-each alive, and when a complete listing first lacked a live record's instance. A cloud that
+each alive, when a complete listing first lacked a live record's instance, and the start
+stamp (the cloud's own, untranslated) each instance was first listed with. A cloud that
 forgets a deleted VM (GCE) gives no end stamp; these are what the controller itself saw. A
 restart forgets them: the grace then starts again (never shorter), and an end falls back to
 the first pass after the restart (never earlier than the truth)."""
@@ -17,6 +18,7 @@ class ListingMemory:
         self._first_seen: dict[str, float] = {}
         self._last_alive: dict[str, float] = {}
         self._gone_since: dict[str, float] = {}
+        self._first_start: dict[str, float] = {}
 
     @property
     def first_seen(self) -> Mapping[str, float]:
@@ -30,6 +32,12 @@ class ListingMemory:
     def gone_since(self) -> Mapping[str, float]:
         return self._gone_since
 
+    @property
+    def first_start(self) -> Mapping[str, float]:
+        """Instance id -> the cloud's start stamp when the controller first listed it: a later
+        start under the same id is another machine (or the same one booted again)."""
+        return self._first_start
+
     def observe(
         self, owned: Iterable[OwnedInstance], complete: bool, live: Iterable[str], now: float
     ) -> None:
@@ -39,6 +47,8 @@ class ListingMemory:
         for o in owned:
             listed.add(o.instance_id)
             self._first_seen.setdefault(o.instance_id, now)
+            if o.launched_ts is not None:
+                self._first_start.setdefault(o.instance_id, o.launched_ts)
             if o.state.alive:
                 self._last_alive[o.instance_id] = now
         live_ids = set(live)
@@ -48,6 +58,6 @@ class ListingMemory:
             return
         for iid in live_ids - listed:
             self._gone_since.setdefault(iid, now)
-        for seen in (self._first_seen, self._last_alive):
+        for seen in (self._first_seen, self._last_alive, self._first_start):
             for iid in [i for i in seen if i not in listed and i not in live_ids]:
                 del seen[iid]

@@ -259,6 +259,7 @@ class Reconciler:
                 first_request_ts=self.store.first_intent_ts(IntentKind.SCALE_UP),
                 last_alive=self.listings.last_alive,
                 gone_since=self.listings.gone_since,
+                first_start=self.listings.first_start,
                 set_addresses=self.policy.node.node_address == "instance",
                 warnings=self.deps.spot_inbox.held(),
                 signalled=self.deps.spot_inbox.signalled(),

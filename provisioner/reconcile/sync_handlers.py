@@ -27,6 +27,8 @@ def handle_record(view: SyncView, out: SyncPlanBuilder, inst: CloudInstance) -> 
         handle_cloud_stopped(view, out, inst, o)
     elif inst.state is S.TERMINATING:
         handle_still_listed(view, out, inst, o)
+    elif started_again(view, inst, o):
+        handle_started_again(view, out, inst, o)
     elif not handle_warned(view, out, inst, o):
         handle_listed(view, out, inst, o)
 
@@ -67,6 +69,33 @@ def handle_cloud_stopped(
         out.fail_node(inst.node_name, "cloud instance lost")
     if o.state is CloudState.STOPPED:
         out.kills[iid] = Kill(iid, o, "stopped by the cloud", transition=False)
+
+
+# A start this much later than the first one listed under the same id is another machine, or
+# the same one booted again (a cloud's stamps of one start do not move).
+STARTED_AGAIN_S = 60.0
+
+
+def started_again(view: SyncView, inst: CloudInstance, o: OwnedInstance) -> bool:
+    """The cloud lists the instance with a start well after the one it was first listed with
+    (both on the cloud's own clock): a managed group recreated a preempted VM under the same
+    name (GCE), or the VM was stopped and started again. The machine the record stood for,
+    with its node's work, is gone. A controller that restarts takes the start it lists first."""
+    first = view.inp.first_start.get(inst.instance_id)
+    if first is None or o.launched_ts is None:
+        return False
+    return o.launched_ts > first + STARTED_AGAIN_S
+
+
+def handle_started_again(
+    view: SyncView, out: SyncPlanBuilder, inst: CloudInstance, o: OwnedInstance
+) -> None:
+    """Fail the record's node (its jobs requeue) and end the machine now under that name:
+    nobody asked for it, and it never joined as the record's node (the planner buys again if
+    the work needs it). The record bills on until that machine is gone: a cloud that reuses
+    the name (GCE) keeps no end stamp for the one before, so the gap between the two is billed
+    rather than the second machine's seconds lost."""
+    out.kill(view, inst, "the cloud started another machine under its name (preempted)", fail=True)
 
 
 def handle_still_listed(

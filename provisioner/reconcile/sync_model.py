@@ -165,6 +165,8 @@ class SyncInput:
     first_request_ts: float | None = None
     # node_address=instance: NodeAddr is set from the cloud's answer and checked every pass
     set_addresses: bool = True
+    # instance id -> the cloud's start stamp (its own clock) when first listed
+    first_start: Mapping[str, float] = field(default_factory=dict)
     # instance id -> the spot warnings its node reported, and when its jobs were signalled
     warnings: Mapping[str, Sequence[SpotWarning]] = field(default_factory=dict)
     signalled: Mapping[str, float] = field(default_factory=dict)

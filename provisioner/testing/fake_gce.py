@@ -33,6 +33,16 @@ Zones that do not answer (`unreachable_zones`): the aggregated instance list the
 such zone as a scope with an `UNREACHABLE` warning and lists it in `unreachables`, and only
 with `returnPartialSuccess=true`; without it the whole call fails (503), as the API reference
 of `instances.aggregatedList` describes. Its VMs are still there, just not listed.
+
+Preemption (`preempt(zone, name)`): the VM's `instance/preempted` metadata value is TRUE from
+then (served to the metadata stand-in at `GET /_fake/preempted/<zone>/<name>`), and 30 s
+later (GCE: "about 30 seconds") the VM stops. A managed group's member is then recreated under
+the same name, with a new id and creation time, as GCE documents for preempted VMs in a MIG
+(https://cloud.google.com/compute/docs/instances/spot#preemption-process, "Managed instance
+groups recreate ... when resources are available"); a VM of no group is left TERMINATED.
+Every VM ever created stays in `vms` (a recreated name's earlier VMs in `retired`).
+Simplified: recreation is immediate (resources are always there again), and the recreated VM
+runs at once.
 """
 
 from __future__ import annotations
@@ -43,12 +53,13 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 _P = r"/compute/v1/projects/(?P<project>[^/]+)"
+PREEMPTION_NOTICE_S = 30.0
 _STOCKOUT_MSG = "The zone '{zone}' does not have enough resources available to fulfill the request."
 
 Json = dict[str, Any]
@@ -147,6 +158,8 @@ class FakeGCE:
         self.capacity: dict[tuple[str, str], int] = {}  # (zone or region, machine type)
         self.unreachable_zones: set[str] = set()  # zones an aggregated list cannot reach
         self.launch_errors: dict[str, str] = {}  # machine type -> a kind of LAUNCH_ERRORS
+        self.preempting: dict[tuple[str, str], datetime] = {}  # (zone, name) -> when it stops
+        self.retired: list[VmRecord] = []  # VMs whose name a recreated VM took
         self.op_polls_until_done = op_polls_until_done
         self.zones_per_region = zones_per_region
         self._request_ids: dict[str, Json] = {}
@@ -212,6 +225,41 @@ class FakeGCE:
         """`location` (a zone or a region) can create only `count` more `machine_type` VMs."""
         with self.lock:
             self.capacity[(location, machine_type)] = count
+
+    def preempt(self, zone: str, name: str, notice_s: float = PREEMPTION_NOTICE_S) -> None:
+        """GCE preempts a spot VM: `instance/preempted` is TRUE from now, the VM stops
+        `notice_s` later (and its group, if any, recreates it under the same name)."""
+        with self.lock:
+            self.preempting[(zone, name)] = self.clock() + timedelta(seconds=notice_s)
+
+    def take_due_preemptions(self) -> list[str]:
+        """Stop the preempted VMs whose time has come (done on every request too); the names."""
+        with self.lock:
+            return self._carry_out_preemptions()
+
+    def _carry_out_preemptions(self) -> list[str]:
+        now = self.clock()
+        due = [key for key, at in self.preempting.items() if at <= now]
+        for zone, name in due:
+            del self.preempting[(zone, name)]
+            inst = self.instances.get((zone, name))
+            if inst is None:
+                continue
+            group = next(
+                (key for key, ms in self.members.items() if any(m.name == name for m in ms)),
+                None,
+            )
+            if group is None:
+                inst["status"] = "TERMINATED"  # stopped, kept: a VM of no group
+                self.vms[name].deleted_ts = now.timestamp()
+                continue
+            project = str(inst["selfLink"]).split("/projects/", 1)[1].split("/", 1)[0]
+            mig = self.migs[group]
+            props = self.templates[_last(str(mig["instanceTemplate"]))].get("properties", {})
+            self._drop(zone, name)
+            self.retired.append(self.vms[name])
+            self._new_instance(project, zone, name, props, created_by=str(mig["selfLink"]))
+        return [name for _, name in due]
 
     def sent(self, method: str, path_suffix: str) -> list[Json]:
         """Recorded requests whose path ends with `path_suffix` (for assertions)."""
@@ -302,6 +350,10 @@ class FakeGCE:
     def handle(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> _Result:
         q = {k: v[0] for k, v in query.items()}
         with self.lock:
+            self._carry_out_preemptions()
+            if path.startswith("/_fake/preempted/"):
+                zone, _, name = path[len("/_fake/preempted/") :].partition("/")
+                return _Result(200, {"preempted": (zone, name) in self.preempting})
             self.requests.append({"method": method, "path": path, "query": q, "body": body})
             op_fault: GceFault | None = None
             for f in self.faults:

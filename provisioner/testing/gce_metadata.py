@@ -10,6 +10,9 @@ As GCE documents it (https://cloud.google.com/compute/docs/metadata/querying-met
 - every request carries `Metadata-Flavor: Google`, else 403;
 - `/computeMetadata/v1/instance/id`, `.../network-interfaces/0/ip`,
   `.../instance/attributes/<key>` (404 until the item exists).
+- `/computeMetadata/v1/instance/preempted` is `FALSE`, or `TRUE` once GCE preempts the VM
+  (https://cloud.google.com/compute/docs/instances/create-use-preemptible#detecting), read
+  from the fake's `GET /_fake/preempted/<zone>/<name>`.
 Simplified: only the paths the node bootstrap reads; no wait-for-change, no recursive reads.
 """
 
@@ -30,6 +33,7 @@ PREFIX = "/computeMetadata/v1/instance/"
 class GceMetadata:
     def __init__(self, endpoint: str, project: str, zone: str, name: str) -> None:
         self.url = f"{endpoint}/compute/v1/projects/{project}/zones/{zone}/instances/{name}"
+        self.preempted_url = f"{endpoint}/_fake/preempted/{zone}/{name}"
 
     def _instance(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.url, timeout=5) as resp:
@@ -40,6 +44,9 @@ class GceMetadata:
         if not path.startswith(PREFIX):
             return None
         rest = path[len(PREFIX) :]
+        if rest == "preempted":
+            with urllib.request.urlopen(self.preempted_url, timeout=5) as resp:
+                return "TRUE" if json.loads(resp.read())["preempted"] else "FALSE"
         try:
             inst = self._instance()
         except urllib.error.HTTPError:

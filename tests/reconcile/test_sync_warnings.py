@@ -101,3 +101,35 @@ def test_a_stale_slurm_view_signals_nothing_and_ends_the_instance_at_the_last_mo
     assert early.signals == () and early.kills == ()
     (k,) = sync([warned(action=NOW + 120)], now=NOW + 115, stale=True).kills
     assert k.fail_node == ""  # Slurm's view is stale: its node is not touched blind
+
+
+def _listed_again(launched: float, *, first_start: float, node_state=NodeState.ALLOCATED):
+    n = node("burst-1", node_state, alloc=8, address=IP)
+    return plan_sync(
+        SyncInput(
+            NOW,
+            CTL,
+            [record("i-1", S.READY, node="burst-1")],
+            [owned("i-1", ip=IP, named="burst-1", launched=launched)],
+            True,
+            ClusterSnapshot(taken_ts=NOW, nodes=(n,)),
+            first_seen={"i-1": NOW - 600},
+            first_start={"i-1": first_start},
+        )
+    )
+
+
+def test_a_vm_its_group_recreated_under_the_same_name_closes_the_record_and_goes():
+    # GCE preempted the VM first listed as started at NOW - 600; its group made another under
+    # the same name, started at NOW - 20 (the cloud's own stamps)
+    p = _listed_again(NOW - 20, first_start=NOW - 600)
+    (k,) = p.kills
+    assert (k.instance_id, k.fail_node, k.transition) == ("i-1", "burst-1", True)
+    assert "another machine under its name" in k.reason  # its jobs requeue, it ends now
+
+
+def test_the_same_start_listed_again_is_the_same_machine():
+    p = _listed_again(NOW - 600, first_start=NOW - 600)
+    assert p.moves == () and p.kills == ()
+    near = _listed_again(NOW - 550, first_start=NOW - 600)  # within the 60 s it takes
+    assert near.moves == () and near.kills == ()
