@@ -38,6 +38,8 @@ class ReasonCode(StrEnum):
     LAUNCH_FAILED = "launch_failed"
     # the cloud warned it takes a spot VM away: jobs signalled, requeued, the instance ended
     SPOT_WARNING = "spot_warning"
+    # an alert: the cloud denied a permission; the pool takes no new nodes until undrained
+    POOL_PAUSED = "pool_paused"
 
 
 class Rejection(StrEnum):

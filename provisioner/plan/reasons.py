@@ -31,6 +31,8 @@ REASON_WORDS: dict[str, str] = {
     ReasonCode.NODE_ADDRESS_MISMATCH: "Alert: a node answers away from its instance; it is drained",
     ReasonCode.LAUNCH_FAILED: "Launch failed: the cloud gave up on nodes it was asked for; "
     "the group keeps what it holds and the offer backs off",
+    ReasonCode.POOL_PAUSED: "Alert: the cloud denied a permission; the pool takes no new nodes "
+    "until an operator grants it and undrains the pool",
     ReasonCode.SPOT_WARNING: "Spot warning: the cloud takes the VM away; its jobs were "
     "signalled and requeued, and the instance ended inside the warning",
 }

@@ -25,6 +25,7 @@ from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
 from provisioner.ports.store import FencedOut
 from provisioner.reconcile.context import STEP_SCALE_UP_BEFORE_REGISTER, PassContext, PassReport
+from provisioner.reconcile.pool_pause import pause_on_permission_error
 from provisioner.reconcile.sync import (
     TERMINABLE,
     Adopt,
@@ -248,6 +249,8 @@ class PassActuation:
         if res.outcome is None:
             return []
         report.nodes_placed += res.placed_nodes
+        for f in res.outcome.failed:
+            pause_on_permission_error(self.store, su.pool, f.offer, f.error, now)
         moved: list[SlurmOutcome] = []
         if res.outcome.placed:
             self._adopt_launched(res, now, report)

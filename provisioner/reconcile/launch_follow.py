@@ -26,6 +26,7 @@ from provisioner.domain.plan import Decision, ReasonCode, decision_id
 from provisioner.domain.records import Intent
 from provisioner.plan.backoff import Backoff
 from provisioner.reconcile.context import PassContext, PassReport
+from provisioner.reconcile.pool_pause import pause_on_permission_error
 from provisioner.reconcile.snapshot_view import seen_by_intent
 
 log = logging.getLogger("provisioner.loop")
@@ -102,6 +103,7 @@ def _follow(
         detail=detail,
     )
     ctx.store.record_decisions([failed], now)
+    pause_on_permission_error(ctx.store, it.pool, key, fill.error, now)
     msg = f"launch failed late in {spec.group_name}: {lost} node(s) will not come ({code})"
     log.warning("%s: %s", msg, fill.error)
     report.warnings.append(msg)

@@ -74,3 +74,38 @@ def test_a_late_launch_failure_shrinks_the_group_backs_off_and_says_why(
     c.reconciler.run_pass()
     assert sum(desired_by_group(moto.endpoint).values()) == 0
     assert len(c.store.decisions(reason="launch_failed")) == 2
+
+
+def test_a_denied_permission_pauses_the_pool_with_an_alert_until_an_operator_undrains_it(
+    db_url: str, moto: Any
+) -> None:
+    clock = start_clock()
+    t0 = clock.now().timestamp()
+    moto.use_clock(clock.now)
+    moto.set_result_delay(30)  # AWS reports the denial 30 s after the resize
+    moto.set_launch_error(REGION, TYPE, "permission")
+    fake = make_fake(clock, t0)
+    c = make_controller(db_url, clock, fake, moto.endpoint)
+
+    c.reconciler.run_pass()
+    clock.advance(TICK)
+    c.reconciler.run_pass()  # the denial is out: the pool stops buying
+    pool = c.store.pool("burst")
+    assert pool is not None and pool.drained and "denied a permission" in pool.drained_by
+    (alert,) = c.store.decisions(reason="pool_paused")
+    assert alert.decision.detail["alert"] == "true"
+    assert "not authorized" in alert.decision.detail["error"]  # AWS's own words
+    assert sum(desired_by_group(moto.endpoint).values()) == 0
+
+    for _ in range(3):  # no retry as if capacity would come back: nothing is asked again
+        clock.advance(TICK)
+        c.reconciler.run_pass()
+    assert sum(desired_by_group(moto.endpoint).values()) == 0
+    assert len(c.store.decisions(reason="pool_paused")) == 1
+
+    moto.set_launch_error(REGION, TYPE, None)  # the operator grants the access ...
+    c.store.set_pool_drained("burst", False, clock.now().timestamp(), by="ops")  # ... undrains
+    for _ in range(3):
+        clock.advance(TICK)
+        c.reconciler.run_pass()
+    assert sum(desired_by_group(moto.endpoint).values()) == 1  # the job's node is bought
