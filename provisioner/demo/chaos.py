@@ -22,6 +22,10 @@ A seeded schedule injects, between passes and inside them:
   lost), each on one cloud picked at random;
 * `slurm_down` (slurmctld unreachable for a few passes: stale snapshots) and `stale` (one);
 * `spot_interruption`: the cloud takes a running instance away (either cloud);
+* `spot_warning`: the cloud warns first (EC2's two-minute notice, or a GCE preemption whose
+  group recreates the VM under the same name 30 s later), and the node's watcher reports it
+  (the report posted to the controller's inbox, as the API would, with the notice's time on
+  the cloud's clock and the VM's own address);
 * `old_store`: the controller dies and its store file is replaced by an older copy of itself;
 * `telemetry`: duplicate and clock-skewed NVML pushes to `POST /v1/telemetry`;
 * `cloud_skew`: each cloud's clock ten minutes ahead of or behind the world's, for the whole seed
@@ -102,7 +106,7 @@ FAULT_KINDS = (
     "telemetry",
     "cloud_skew",
     "clock_step",
-    *("late_failure", "rebalance", "unreachable_zone", "launch_error"),
+    *("late_failure", "rebalance", "unreachable_zone", "launch_error", "spot_warning"),
 )
 # The clouds' field behaviour (FIELD_FAULTS, docs/clouds.md) is drawn from a stream of its
 # own, so the other kinds keep the draws they always had.
@@ -200,6 +204,7 @@ class Soak:
         # is the one it had before they were added
         self.clock_rng = random.Random(f"clocks-{seed}")
         self.field_rng = random.Random(f"field-{seed}")
+        self.warning_rng = random.Random(f"warnings-{seed}")  # spot warnings: a stream of their own
         self.dir = workdir / f"seed-{seed}"
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
@@ -418,7 +423,10 @@ class Soak:
         self.result.faults[kind] += 1
         self.events.append(kind)
         srv = self.server
-        if kind in CLOUD_FAULTS:
+        if kind == "spot_warning":
+            where = self._spot_warning()
+            self.events.append(f"{kind} on {where}")
+        elif kind in CLOUD_FAULTS:
             if self.rng.random() < 0.5:
                 inject_cloud_fault(srv, kind, self.rng)
             else:
@@ -459,6 +467,46 @@ class Soak:
             step = self.steps_due.pop() if self.steps_due else self.clock_rng.choice(CLOCK_STEPS_S)
             self.wall_step += step
             self.events.append(f"controller wall clock stepped {step:+.0f} s")
+
+    def _spot_warning(self) -> str:
+        """The cloud warns a running, joined instance it goes; its watcher reports it. The
+        cloud it happened on ("none" when no instance has joined)."""
+        from provisioner.domain.instances import InstanceState
+        from provisioner.domain.spot_warnings import SpotWarning, WarningKind
+
+        joined = sorted(
+            (si.instance for si in self.c.store.instances(live_only=True)
+             if si.instance.state is InstanceState.READY and si.instance.node_name),
+            key=lambda i: i.instance_id,
+        )  # fmt: skip
+        if not joined:
+            return "none"
+        inst = self.warning_rng.choice(joined)
+        iid = inst.instance_id
+        noticed = self.c.reconciler.ctx.now()
+        if inst.offer.cloud == "gcp":
+            vm = (
+                self.gce.instances.get((self.gce.vms[iid].zone, iid))
+                if iid in self.gce.vms
+                else None
+            )
+            if vm is None:
+                return "none"
+            self.gce.preempt(self.gce.vms[iid].zone, iid)
+            ip = str(vm["networkInterfaces"][0]["networkIP"])
+            warning = SpotWarning(inst.node_name, iid, WarningKind.PREEMPTION, noticed, None, ip)
+        else:
+            found = [i for i in self._moto_instances() if i["InstanceId"] == iid]
+            if not found or found[0]["State"]["Name"] != "running":
+                return "none"
+            self.server.warn_spot(iid, REGION)
+            action = self.server.state.notices.metadata(iid)["instance_action"]["time"]
+            when = datetime.fromisoformat(action.replace("Z", "+00:00")).timestamp()
+            ip = str(found[0].get("PrivateIpAddress", ""))
+            warning = SpotWarning(inst.node_name, iid, WarningKind.INTERRUPTION, noticed, when, ip)
+        self.interrupted[iid] = self.clock.now().timestamp()
+        self.c.reconciler.deps.spot_inbox.post(warning)
+        return str(inst.offer.cloud)
 
     def _telemetry(self) -> None:
         from fastapi.testclient import TestClient
@@ -503,6 +551,11 @@ class Soak:
         for kind in FAULT_KINDS:
             if kind == "cloud_skew":
                 continue  # set for the whole seed
+            if kind == "spot_warning":
+                if self.warning_rng.random() < _RATE[kind]:
+                    self._fault(kind)
+                    faults += 1
+                continue
             if kind in FIELD_FAULTS:
                 if self.field_rng.random() < _RATE[kind]:
                     self._fault(kind)
@@ -578,7 +631,7 @@ class Soak:
         """Every VM the GCE fake created for this controller, deleted ones included."""
         with self.gce.lock:
             return [
-                v for v in self.gce.vms.values()
+                v for v in (*self.gce.vms.values(), *self.gce.retired)
                 if v.labels.get("controller") == self.controller_name
             ]  # fmt: skip
 
@@ -652,8 +705,8 @@ class Soak:
             (i["InstanceId"], i["LaunchTime"].timestamp() - aws, log.get(i["InstanceId"]),
              self.prices[capacity_of(i)])
             for i in insts
-        ] + [(v.name, v.created_ts - gcp, None if v.deleted_ts is None else v.deleted_ts - gcp,
-              self.gcp_price) for v in vms]  # fmt: skip
+        ] + [(name, launched - gcp, None if ended is None else ended - gcp, self.gcp_price)
+             for name, (launched, ended) in _by_name(vms).items()]  # fmt: skip
         records = {si.instance.instance_id: si for si in self.c.store.instances()}
         for iid, launched, ended, price in ran_by_cloud:
             self.result.checks += 1
@@ -817,6 +870,7 @@ _RATE = {
     "rebalance": 0.05,
     "unreachable_zone": 0.04,
     "launch_error": 0.04,
+    "spot_warning": 0.05,
 }
 
 
@@ -834,6 +888,21 @@ class _FlakySlurm:
             s.stale_once = False
             raise SnapshotError("squeue timed out (chaos: stale)")
         return s.fake.observe()
+
+
+def _by_name(vms: list[Any]) -> dict[str, tuple[float, float | None]]:
+    """Each GCE VM name's first creation and last deletion (None: one still runs). A group
+    that recreates a preempted VM reuses its name, and the one record under that name bills
+    from the first machine's start to the last one's end (docs/clouds.md, "Spot warnings")."""
+    out: dict[str, tuple[float, float | None]] = {}
+    for v in vms:
+        first, last = out.get(v.name, (v.created_ts, v.deleted_ts))
+        ends = (last, v.deleted_ts)
+        out[v.name] = (
+            min(first, v.created_ts),
+            None if None in ends else max(e for e in ends if e is not None),
+        )
+    return out
 
 
 def capacity_of(inst: dict[str, Any]) -> str:

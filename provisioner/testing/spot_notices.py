@@ -93,8 +93,13 @@ def _take(instance_id: str, region: str) -> None:
     for group in autoscaling_backends[ACCOUNT][region].autoscaling_groups.values():
         group.instance_states = [s for s in group.instance_states if s.instance.id != instance_id]
     ec2 = ec2_backends[ACCOUNT][region]
-    live = {i.id for r in ec2.reservations.values() for i in r.instances}
-    if instance_id in live:
+    running = {
+        i.id
+        for r in ec2.reservations.values()
+        for i in r.instances
+        if i.state in ("pending", "running")
+    }
+    if instance_id in running:  # one already ended keeps its own end
         ec2.terminate_instances([instance_id])
 
 
