@@ -80,8 +80,18 @@ def register(app: typer.Typer) -> None:
                 help="Pulumi backend: with the pulumi CLI installed, also preview every group.",
             ),
         ] = None,
+        store: Annotated[
+            str | None,
+            typer.Option(
+                "--store",
+                envvar="PROVISIONER_STORE_URL",
+                help="The controller's store: its identity names the groups of policies that "
+                "name no controller (read only).",
+            ),
+        ] = None,
     ) -> None:
         """Render, diff, price and policy-check the pools; Markdown for a PR comment, or JSON."""
+        from provisioner.doctor import stored_controller
         from provisioner.iac.report import to_json, to_markdown
         from provisioner.iac.review import review_working_tree
 
@@ -94,6 +104,7 @@ def register(app: typer.Typer) -> None:
             policy_pack=policy_pack,
             policy_config=policy_config,
             backend=backend,
+            controller=stored_controller(store) if store else "",
         )
         data = result.to_dict()
         typer.echo(to_json(data) if fmt is Format.json else to_markdown(data), nl=False)

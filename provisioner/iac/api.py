@@ -126,6 +126,13 @@ def _digest(paths: Sequence[Path]) -> str:
     return h.hexdigest()
 
 
+def _controller_of(request: Request) -> str:
+    """The serving controller's identity (its policy, with the store's identity applied)."""
+    deps = getattr(request.app.state, "deps", None)
+    policy = getattr(deps, "policy", None)
+    return str(getattr(policy, "controller", "") or "")
+
+
 def iac_router(
     policies_dir: Path | None = None,
     *,
@@ -197,7 +204,7 @@ def iac_router(
             # A percent is the finest use anyone prices with; rounding keeps a caller from
             # missing the cache with 0.25, 0.2500001, 0.2500002, ...
             use = Decimal(str(expected_use)).quantize(Decimal("0.01"))
-            key = (sha, str(use), _digest(_inputs()))
+            key = (sha, str(use), _digest(_inputs()), _controller_of(request))
             data = cache.get(key)
             if data is None:
                 limiter.admit(_caller(request))
@@ -216,6 +223,7 @@ def iac_router(
                             expected_use=use,
                             policy_pack=pack,
                             policy_config=policy_config,
+                            controller=_controller_of(request),
                         ).to_dict(),
                         roots,
                     )

@@ -427,6 +427,15 @@ def record_pool_creation_review(
     return review
 
 
+def _as_controller(source: PolicySource, controller: str) -> PolicySource:
+    """The source's policy as `controller` runs it, unless the policy names its own."""
+    policy = source.policy
+    if "controller" in policy.model_fields_set or not policy.pools:
+        return source
+    source.policy = policy.model_copy(update={"controller": controller})
+    return source
+
+
 def review_working_tree(
     policies: Path,
     *,
@@ -437,8 +446,12 @@ def review_working_tree(
     policy_pack: Path | None = None,
     policy_config: Path | None = None,
     backend: str | None = None,
+    controller: str = "",
 ) -> Review:
     """The CLI's and the API's review: `policies` (the head) against a git ref or a directory.
+
+    `controller`: the installation's identity (kept in its store), for policies that name
+    none: the groups and tags are reviewed as that controller makes them, not as `burst-ctl`.
 
     With neither, the base is `HEAD` when `policies` is in a git work tree (the review shows
     uncommitted changes), else nothing. Bad policy files raise `ConfigError` (file and field).
@@ -466,6 +479,8 @@ def review_working_tree(
             base = load_git("HEAD", Path(policies))
         else:
             base = PolicySource("nothing (not a git work tree)", empty_policy())
+        if controller:
+            head, base = _as_controller(head, controller), _as_controller(base, controller)
         return build_review(
             head,
             base,

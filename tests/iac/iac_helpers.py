@@ -35,13 +35,20 @@ def pool(base: dict[str, Any], **over: Any) -> dict[str, Any]:
 
 
 def write_policies(
-    directory: Path, pools: list[dict[str, Any]] | None, *, node: dict[str, Any] | None = None
+    directory: Path,
+    pools: list[dict[str, Any]] | None,
+    *,
+    node: dict[str, Any] | None = None,
+    controller: str | None = "burst-ctl",
 ) -> Path:
     """A policies/ directory: burst.yaml (controller, node images) and pools.yaml.
 
-    `pools=None` writes no pools.yaml (a policy without pools)."""
+    `pools=None` writes no pools.yaml (a policy without pools); `controller=None` names none
+    (the installation's stored identity is used)."""
     directory.mkdir(parents=True, exist_ok=True)
-    burst = {"controller": "burst-ctl", "node": NODE if node is None else node}
+    burst: dict[str, Any] = {"node": NODE if node is None else node}
+    if controller is not None:
+        burst["controller"] = controller
     (directory / "burst.yaml").write_text(yaml.safe_dump(burst), encoding="utf-8")
     target = directory / "pools.yaml"
     if pools is None:

@@ -128,3 +128,26 @@ def test_base_without_policies_dir(tmp_path):
     data = json.loads(res.stdout)
     assert data["summary"]["pools"]["added"] == 1
     assert any("no policy files" in n for n in data["notes"])
+
+
+def test_a_review_with_the_store_names_groups_as_that_installation_makes_them(tmp_path):
+    """Policies that name no controller are run under the identity the store holds; the
+    review must show the groups and tags that installation makes (not the old default)."""
+    from provisioner.store import Store
+
+    url = f"sqlite:///{tmp_path / 'c.sqlite'}"
+    store = Store(url)
+    assert store.claim_controller_id("burst-5e1f0a2b") == "burst-5e1f0a2b"
+    store.close()
+    head = write_policies(tmp_path / "head", [AWS_POOL], controller=None)
+    base = write_policies(tmp_path / "base", [], controller=None)
+    args = ("--policies", str(head), "--base-dir", str(base), "--format", "json")
+    plain = run(*args)
+    assert plain.exit_code == 0, plain.output
+    assert "burst-5e1f0a2b" not in plain.stdout
+    res = run(*args, "--store", url)
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    (p,) = data["pools"]
+    assert "burst-5e1f0a2b" in json.dumps(p)
+    assert "burst-ctl-" not in json.dumps(p)
