@@ -12,6 +12,7 @@ import io
 import json
 import subprocess
 import sys
+from datetime import datetime
 from decimal import Decimal
 
 import pytest
@@ -318,3 +319,37 @@ def test_what_if_loads_the_simulator_json(viewer: Console, tmp_path):
     page.set_input_files("#whatif-file", str(bad))
     page.wait_for_selector("#whatif-error:not([hidden])")
     assert "bad.json" in page.inner_text("#whatif-error")
+
+
+def test_a_clouds_refusal_shows_on_the_decisions_page_as_an_alert_in_its_own_words(
+    viewer: Console, finished: Served
+):
+    """A permission denial (the pool paused) and a late launch failure, as the controller
+    records them: the page marks the alert and shows the cloud's code and message."""
+    from provisioner.domain.plan import Decision, ReasonCode
+
+    now = datetime.fromisoformat(finished.now.replace("Z", "+00:00")).timestamp()
+    words = "You are not authorized to perform this operation."
+    paused = Decision(
+        "d-browser-paused",
+        ReasonCode.POOL_PAUSED,
+        pool="aws-a100",
+        detail={"code": "auth:UnauthorizedOperation", "error": words, "alert": "true"},
+    )
+    late = Decision(
+        "d-browser-late",
+        ReasonCode.LAUNCH_FAILED,
+        pool="aws-a100",
+        detail={"code": "capacity:InsufficientInstanceCapacity", "error": "no capacity"},
+    )
+    finished.store.record_decisions([paused, late], now)
+    page = viewer.goto("/decisions?reason=pool_paused")
+    row = page.locator("tr[data-decision='d-browser-paused']")
+    assert row.locator("[data-alert]").count() == 1
+    text = row.inner_text()
+    assert "auth:UnauthorizedOperation" in text and words in text
+    assert "takes no new nodes" in text  # the reason, in words
+    page = viewer.goto("/decisions?reason=launch_failed")
+    row = page.locator("tr[data-decision='d-browser-late']")
+    assert row.locator("[data-alert]").count() == 0  # capacity: no alert
+    assert "no capacity" in row.inner_text()
