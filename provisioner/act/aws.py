@@ -493,6 +493,8 @@ class AwsCapacity(_AwsBase):
             MaxRecords=20,
         ).get("Activities", [])
         since = self._asked.get((spec.region, spec.group_name))
+        if since is None and spec.requested_ts is not None:  # asked before a restart
+            since = datetime.fromtimestamp(spec.requested_ts, UTC)
         return request_failure(acts, spec.group_name, since=since, offer=str(spec.offer))
 
     def resize(self, spec: PoolSpec, target: int, token: str) -> None:

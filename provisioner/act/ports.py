@@ -89,6 +89,10 @@ class PoolSpec:
     # instance profile (AWS, name or ARN) or a service account e-mail (GCP).
     instance_profile: str = ""
     service_account: str = ""
+    # When the resize a launch outcome answers was asked for, on the cloud's clock, where the
+    # adapter does not remember it itself (a controller that restarted): no earlier outcome
+    # is this request's. None: unknown.
+    requested_ts: float | None = None
 
     def __post_init__(self) -> None:
         if self.cloud not in ("aws", "gcp"):

@@ -15,6 +15,7 @@ so the planner does not buy them twice. Once it says so:
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from provisioner.act.backoff_feed import BackoffSettings, record_error
 from provisioner.act.scale_up import settle_fill
@@ -65,6 +66,10 @@ def _follow(
     spec = ctx.spec(pool, key, it.decision_id) if pool is not None else None
     if ports is None or spec is None:
         return backoff
+    # The resize came after its intent was recorded: no outcome older than that (on the
+    # cloud's clock) is this request's, even where the adapter forgot the request (a restart).
+    skew = ctx.skews.skew_by_cloud().get(key.cloud, 0.0)
+    spec = replace(spec, requested_ts=it.created_ts + skew)
     ctx.store.check_fence()  # the shrink below is a cloud call: only the leader makes it
     try:
         fill = settle_fill(spec, ports.capacity)

@@ -89,6 +89,39 @@ def test_an_earlier_requests_failure_is_not_read_as_the_new_ones(
 
 
 @pytest.mark.aws
+def test_a_controller_that_restarted_reads_no_earlier_failure_as_the_new_requests(
+    aws: tuple[CloudEnv, Any],
+) -> None:
+    """The adapter remembers its own resizes in memory; a controller that restarts between a
+    resize and its outcome passes when it asked (the intent's time, on the cloud's clock)."""
+    from dataclasses import replace
+
+    from provisioner.act.aws import AwsCapacity
+
+    cloud, server = aws
+    clock = StandInClock(datetime(2026, 11, 10, 9, 0, tzinfo=UTC))
+    server.use_clock(clock)
+    spec = cloud.make_spec()
+    cloud.driver.ensure(spec)
+    server.set_capacity(REGION, AWS_TYPE, 0)
+    cloud.capacity.resize(spec, 1, request_token("first"))
+    cloud.capacity.resize(spec, 0, request_token("shrunk back"))
+    clock.advance(3600)
+    asked = clock.at.timestamp()
+    server.set_result_delay(40)
+    cloud.capacity.resize(spec, 1, request_token("an hour later"))
+
+    restarted = AwsCapacity([REGION], cloud.capacity.clients)  # remembers no resize
+    blind = restarted.group_status(spec)
+    assert isinstance(blind.failure, CapacityError)  # without the time: the old one is read
+    told = restarted.group_status(replace(spec, requested_ts=asked))
+    assert told.failure is None, "an hour-old failure taken as this request's"
+    clock.advance(40)
+    late = restarted.group_status(replace(spec, requested_ts=asked))
+    assert isinstance(late.failure, CapacityError)  # this request's own outcome
+
+
+@pytest.mark.aws
 def test_a_launch_outcome_that_comes_late_is_none_until_it_comes(
     aws: tuple[CloudEnv, Any],
 ) -> None:
