@@ -49,9 +49,11 @@ def aws_warnings():
     return found
 
 
+GCE = {"Metadata-Flavor": "Google"}
+
+
 def gce_warnings():
-    h = {"Metadata-Flavor": "Google"}
-    flag = get("/computeMetadata/v1/instance/preempted", h)
+    flag = get("/computeMetadata/v1/instance/preempted", GCE)
     return [("preemption", "")] if (flag or "").upper() == "TRUE" else []
 
 
@@ -78,6 +80,8 @@ def main():
         cfg = json.load(f)
     with open(STATE) as f:
         joined = json.load(f)
+    if cfg["cloud"] == "gcp":  # the controller knows a GCE VM by its name, not its number
+        joined["instance_id"] = get("/computeMetadata/v1/instance/name", GCE) or joined["node"]
     poll, resend = float(cfg.get("watch_poll_s", 2)), float(cfg.get("watch_resend_s", 10))
     look = aws_warnings if cfg["cloud"] == "aws" else gce_warnings
     sent = {}

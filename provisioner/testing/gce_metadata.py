@@ -8,7 +8,7 @@ address, and its metadata items (the controller's `slurm-node` among them).
 
 As GCE documents it (https://cloud.google.com/compute/docs/metadata/querying-metadata):
 - every request carries `Metadata-Flavor: Google`, else 403;
-- `/computeMetadata/v1/instance/id`, `.../network-interfaces/0/ip`,
+- `/computeMetadata/v1/instance/id`, `.../name`, `.../network-interfaces/0/ip`,
   `.../instance/attributes/<key>` (404 until the item exists).
 - `/computeMetadata/v1/instance/preempted` is `FALSE`, or `TRUE` once GCE preempts the VM
   (https://cloud.google.com/compute/docs/instances/create-use-preemptible#detecting), read
@@ -53,6 +53,8 @@ class GceMetadata:
             return None
         if rest == "id":
             return str(inst["id"])
+        if rest == "name":
+            return str(inst["name"])
         if rest == "network-interfaces/0/ip":
             nics = inst.get("networkInterfaces") or [{}]
             return str(nics[0].get("networkIP", "")) or None
