@@ -343,6 +343,9 @@ class AwsPoolDriver(_AwsBase):
                     # A rebalance recommendation is the controller's to act on (drain, then
                     # end), never a swap the group makes under a running job.
                     CapacityRebalance=False,
+                    # A resize below the members (a shrink racing a launch) ends none of them;
+                    # the controller ends members by name, which protection does not stop.
+                    NewInstancesProtectedFromScaleIn=True,
                     **placement,
                 )
             except CloudError as exc:
@@ -352,13 +355,27 @@ class AwsPoolDriver(_AwsBase):
             return
         if {p["ProcessName"] for p in group.get("SuspendedProcesses", [])} < SUSPENDED_PROCESSES:
             self._suspend_autonomy(spec, asg, offer)  # a group made before this version
-        if group.get("CapacityRebalance"):
+        if group.get("CapacityRebalance") or not group.get("NewInstancesProtectedFromScaleIn"):
             self._call(
                 asg.update_auto_scaling_group,
                 offer,
                 AutoScalingGroupName=spec.group_name,
                 CapacityRebalance=False,
+                NewInstancesProtectedFromScaleIn=True,
             )
+            unprotected = [
+                i["InstanceId"]
+                for i in group.get("Instances", [])
+                if not i.get("ProtectedFromScaleIn")
+            ]
+            if unprotected:  # members an older version launched
+                self._call(
+                    asg.set_instance_protection,
+                    offer,
+                    InstanceIds=unprotected[:50],
+                    AutoScalingGroupName=spec.group_name,
+                    ProtectedFromScaleIn=True,
+                )
         if group.get("MaxSize") != spec.max_size:
             # The desired size is the controller's business (CloudCapacity.resize), never here.
             self._call(

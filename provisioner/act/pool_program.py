@@ -107,6 +107,8 @@ def aws_pool(spec: PoolSpec) -> dict[str, pulumi.CustomResource]:
         launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id=lt.id, version="$Default"),
         capacity_rebalance=False,  # the controller acts on rebalance warnings itself
         suspended_processes=sorted(SUSPENDED_PROCESSES),
+        # a resize below the members ends none; ending one by name is unaffected
+        protect_from_scale_in=True,
         tags=[
             aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True)
             for k, v in sorted(spec.tags.items())

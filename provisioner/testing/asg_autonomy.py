@@ -80,6 +80,18 @@ def capacity_rebalance(region: str, name: str, instance_id: str) -> str | None:
     return new
 
 
+def unprotect_for_force_delete(region: str, name: str) -> None:
+    """What AWS's DeleteAutoScalingGroup with ForceDelete does that moto does not: the group
+    goes "along with all instances associated with the group" (API reference), scale-in
+    protection or not. moto deletes by a resize to 0, which spares protected members."""
+    from moto.autoscaling.models import autoscaling_backends
+
+    group = autoscaling_backends[ACCOUNT][region].autoscaling_groups.get(name)
+    if group is not None:
+        for state in group.instance_states:
+            state.protected_from_scale_in = False
+
+
 def set_capacity_rebalance(region: str, name: str, on: bool) -> None:
     """What AWS's UpdateAutoScalingGroup does with `CapacityRebalance` (moto ignores it)."""
     _group(region, name).capacity_rebalance = on

@@ -22,7 +22,9 @@ moto 5 has no error-injection API for EC2 or Auto Scaling, so this module adds t
   IMDS stand-in at `GET /_spot/<instance id>`; at the notice's time the instance is taken.
 * **Groups that act on their own** (`asg_autonomy`, in-process only): AZRebalance,
   ReplaceUnhealthy and Capacity Rebalancing, which moto names but never runs
-  (`UpdateAutoScalingGroup`'s `CapacityRebalance`, which moto ignores, is applied here).
+  (`UpdateAutoScalingGroup`'s `CapacityRebalance`, which moto ignores, is applied here), and
+  `DeleteAutoScalingGroup`'s `ForceDelete`, which ends every member as AWS does (moto spares
+  the members protected from scale-in).
 
 Control it from Python (`add_fault`, `set_capacity`, `set_launch_error`, `set_result_delay`,
 `reset`) or over HTTP: `POST /_faults` (a fault as JSON, or `{"capacity": {...}}`),
@@ -172,6 +174,14 @@ class FaultMiddleware:
                 if self.state.activities.of(group):
                     body = self.state.activities.answer(group, self.state.now)
                     return _xml(start_response, 200, body)
+        if (
+            held is None
+            and action == "DeleteAutoScalingGroup"
+            and params.get("ForceDelete") == "true"
+        ):
+            asg_autonomy.unprotect_for_force_delete(
+                _region(environ), params["AutoScalingGroupName"]
+            )
         if held is None and action == "UpdateAutoScalingGroup" and "CapacityRebalance" in params:
             answer = self.app(environ, start_response)  # moto applies the rest of the update
             asg_autonomy.set_capacity_rebalance(

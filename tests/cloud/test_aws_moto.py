@@ -98,7 +98,11 @@ def test_scale_up_and_down_really_changes_moto_instances(aws: AwsEnv) -> None:
     assert aws.capacity.group_status(spec).desired == 2
     assert len(instances(aws, tag_controller=CONTROLLER)) == 2
 
+    # members are protected from scale-in: a resize to 0 ends none of them; ending by name does
     aws.capacity.resize(spec, 0, "t-2")
+    assert len(instances(aws, tag_controller=CONTROLLER)) == 2
+    for o in aws.capacity.list_owned(CONTROLLER):
+        assert terminate_instance(o, "d-down", aws.capacity) is None
     assert instances(aws, tag_controller=CONTROLLER) == []
     # a later scale-up writes its decision to the group's propagated tag (on AWS the group's
     # value wins over the launch template's for new instances; moto lets the template win)

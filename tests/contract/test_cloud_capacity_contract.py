@@ -71,13 +71,16 @@ def test_the_same_token_twice_is_one_change(cloud: CloudEnv) -> None:
     assert set(alive(cloud, spec.controller)) == set(first)
 
 
-def test_resize_down_removes_instances_from_the_listing(cloud: CloudEnv) -> None:
+def test_resize_down_and_the_listing_agree_with_the_cloud(cloud: CloudEnv) -> None:
+    """A resize below the members: a MIG deletes members (GCE); an AWS group, its members
+    protected from scale-in, ends none of them (the controller ends members by name). Either
+    way the listing is what the cloud runs."""
     spec = cloud.make_spec()
     cloud.driver.ensure(spec)
     cloud.capacity.resize(spec, 3, request_token("up", 3))
     cloud.capacity.resize(spec, 1, request_token("down", 1))
     truth = cloud.live(spec.controller)
-    assert len(truth) == 1 and cloud.desired(spec) == 1
+    assert len(truth) == (3 if cloud.name == "aws" else 1) and cloud.desired(spec) == 1
     assert set(alive(cloud, spec.controller)) == set(truth)
 
 

@@ -63,13 +63,20 @@ def test_a_group_made_before_this_version_stops_acting_on_its_own(aws: CloudEnv)
     group, members = running_group(aws)
     asg = boto3.client("autoscaling", endpoint_url=aws_endpoint(aws), region_name=REGION)
     asg.resume_processes(AutoScalingGroupName=group)
-    asg.update_auto_scaling_group(AutoScalingGroupName=group, CapacityRebalance=True)
+    asg.update_auto_scaling_group(
+        AutoScalingGroupName=group, CapacityRebalance=True, NewInstancesProtectedFromScaleIn=False
+    )
+    asg.set_instance_protection(
+        AutoScalingGroupName=group, InstanceIds=sorted(members), ProtectedFromScaleIn=False
+    )
     aws.driver.ensure(aws.make_spec())
     (g,) = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
     assert {"AZRebalance", "ReplaceUnhealthy"} <= {
         p["ProcessName"] for p in g["SuspendedProcesses"]
     }
     assert not g.get("CapacityRebalance")
+    assert g["NewInstancesProtectedFromScaleIn"]
+    assert all(i["ProtectedFromScaleIn"] for i in g["Instances"])
     victim = sorted(members)[0]
     assert asg_autonomy.rebalance(REGION, group) is None
     assert asg_autonomy.replace_unhealthy(REGION, group, victim) is None
@@ -77,7 +84,6 @@ def test_a_group_made_before_this_version_stops_acting_on_its_own(aws: CloudEnv)
     assert set(aws.live("contract-ctl")) == members
 
 
-@pytest.mark.xfail(strict=True, reason="members are not yet protected from scale-in")
 def test_a_resize_down_never_ends_a_running_member_but_the_controller_still_can(
     aws: CloudEnv,
 ) -> None:
@@ -87,7 +93,7 @@ def test_a_resize_down_never_ends_a_running_member_but_the_controller_still_can(
     controller ends a drained node) still works, as AWS documents ("Use instance scale-in
     protection": it does not protect from that call)."""
     spec = aws.make_spec()
-    group, members = running_group(aws)
+    _, members = running_group(aws)
     aws.capacity.resize(spec, 1, request_token("shrink below the members"))
     assert set(aws.live("contract-ctl")) == members  # no running member ended
     owned = {o.instance_id: o for o in aws.capacity.list_owned("contract-ctl")}
