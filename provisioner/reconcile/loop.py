@@ -39,13 +39,14 @@ from typing import Any
 from provisioner.account.ledger import Accountant
 from provisioner.act.backoff_feed import BackoffSettings
 from provisioner.act.node_identity import NameNodeStep
+from provisioner.act.ports import OwnedInstance
 from provisioner.act.scale_up import ScaleUpStep
 from provisioner.act.terminate import TerminateStep
 from provisioner.clock import ClockMark, SteadyClock
 from provisioner.domain.instances import DEFAULT_STATE_TIMEOUTS_S, InstanceState, join_lease_s
 from provisioner.domain.intents import IntentKind
 from provisioner.domain.plan import Decision, Plan, ReasonCode
-from provisioner.domain.records import StoredInstance
+from provisioner.domain.records import OperatorState, StoredInstance
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.gpu_view import planning_view
@@ -231,41 +232,8 @@ class Reconciler:
         records = self.ctx.records(now)
         live = (si.instance.instance_id for si in records if not si.instance.state.terminal)
         self.listings.observe(owned, complete, live, now)
-        intents = self.store.intents(
-            kind=IntentKind.SCALE_UP, since_ts=now - self.config.intent_window_s
-        )
         operator = self.store.operator_state()
-        splan = plan_sync(
-            SyncInput(
-                now_ts=now,
-                controller=self.controller,
-                records=records,
-                owned=owned,
-                listing_complete=complete,
-                snapshot=snap,
-                intents=intents,
-                grace_s=self.config.orphan_grace_s,
-                join_timeout_s=self.policy.guardrails.join_timeout_s,
-                retry_terminate_s=self.config.retry_terminate_s,
-                unbound_timeout_s=self.config.unbound_timeout_s,
-                timeouts=self._timeouts(),
-                offers=self.ctx.offers_by_type,
-                max_disagreements=self.config.sweep_max_disagreements,
-                sweep_approved=operator.sweep_approved,
-                closed_window_s=self.config.terminal_window_s,
-                skew_s=self.ctx.skews.skew_by_cloud(),
-                skew_span_s=self.ctx.skews.span_by_cloud(),
-                first_seen=self.listings.first_seen,
-                first_request_ts=self.store.first_intent_ts(IntentKind.SCALE_UP),
-                last_alive=self.listings.last_alive,
-                gone_since=self.listings.gone_since,
-                first_start=self.listings.first_start,
-                set_addresses=self.policy.node.node_address == "instance",
-                warnings=self.deps.spot_inbox.held(),
-                signalled=self.deps.spot_inbox.signalled(),
-                interruptions=self.policy.interruptions,
-            )
-        )
+        splan = plan_sync(self._sync_input(now, records, owned, complete, snap, operator))
         self.wake_at = splan.wake_at
         for w in splan.warnings:
             log.warning("%s", w)
@@ -297,6 +265,49 @@ class Reconciler:
         report.seconds = time.monotonic() - t0
         self.last_report = report
         return report
+
+    def _sync_input(
+        self,
+        now: float,
+        records: Sequence[StoredInstance],
+        owned: Sequence[OwnedInstance],
+        complete: bool,
+        snap: ClusterSnapshot,
+        operator: OperatorState,
+    ) -> SyncInput:
+        """What passive sync reads this pass: the records, the listing, Slurm's view, and what
+        the controller remembers (listings, clocks, spot warnings)."""
+        return SyncInput(
+            now_ts=now,
+            controller=self.controller,
+            records=records,
+            owned=owned,
+            listing_complete=complete,
+            snapshot=snap,
+            intents=self.store.intents(
+                kind=IntentKind.SCALE_UP, since_ts=now - self.config.intent_window_s
+            ),
+            grace_s=self.config.orphan_grace_s,
+            join_timeout_s=self.policy.guardrails.join_timeout_s,
+            retry_terminate_s=self.config.retry_terminate_s,
+            unbound_timeout_s=self.config.unbound_timeout_s,
+            timeouts=self._timeouts(),
+            offers=self.ctx.offers_by_type,
+            max_disagreements=self.config.sweep_max_disagreements,
+            sweep_approved=operator.sweep_approved,
+            closed_window_s=self.config.terminal_window_s,
+            skew_s=self.ctx.skews.skew_by_cloud(),
+            skew_span_s=self.ctx.skews.span_by_cloud(),
+            first_seen=self.listings.first_seen,
+            first_request_ts=self.store.first_intent_ts(IntentKind.SCALE_UP),
+            last_alive=self.listings.last_alive,
+            gone_since=self.listings.gone_since,
+            first_start=self.listings.first_start,
+            set_addresses=self.policy.node.node_address == "instance",
+            warnings=self.deps.spot_inbox.held(),
+            signalled=self.deps.spot_inbox.signalled(),
+            interruptions=self.policy.interruptions,
+        )
 
     def _spot_warnings(
         self, splan: SyncPlan, records: Sequence[StoredInstance], now: float, report: PassReport
