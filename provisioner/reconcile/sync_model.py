@@ -21,6 +21,8 @@ JOINED = frozenset(
     {NodeState.IDLE, NodeState.MIXED, NodeState.ALLOCATED, NodeState.DRAINING, NodeState.DRAINED}
 )
 POWERED_OFF = frozenset({NodeState.POWERING_DOWN, NodeState.POWERED_DOWN})
+# Nodes already on their way out of service: not drained again.
+OUT_OF_SERVICE = POWERED_OFF | {NodeState.DRAINING, NodeState.DRAINED, NodeState.DOWN}
 TERMINABLE = frozenset({S.REQUESTED, S.ALLOCATED, S.JOINING, S.READY, S.DRAINING})
 
 

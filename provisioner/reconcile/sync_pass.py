@@ -14,7 +14,7 @@ from provisioner.domain.records import StoredInstance
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.reconcile.cloud_stamps import CloudStamps
 from provisioner.reconcile.sync_model import (
-    POWERED_OFF,
+    OUT_OF_SERVICE,
     TERMINABLE,
     AddressMismatch,
     Adopt,
@@ -28,9 +28,6 @@ from provisioner.reconcile.sync_model import (
     SyncPlan,
 )
 from provisioner.reconcile.sync_records import owned_from_record
-
-# Nodes already on their way out of service: an address mismatch on one is not drained again.
-_OUT_OF_SERVICE = POWERED_OFF | {NodeState.DRAINING, NodeState.DRAINED, NodeState.DOWN}
 
 
 def busy_nodes(snap: ClusterSnapshot) -> frozenset[str]:
@@ -188,7 +185,7 @@ class SyncPlanBuilder:
             or o is None
             or not o.private_ip
             or node.address in ("", node.name, o.private_ip)
-            or node.state in _OUT_OF_SERVICE
+            or node.state in OUT_OF_SERVICE
         ):
             return
         found = AddressMismatch(inst.instance_id, node.name, o.private_ip, node.address)

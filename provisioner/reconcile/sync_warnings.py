@@ -20,20 +20,9 @@ from collections.abc import Sequence
 
 from provisioner.act.ports import OwnedInstance
 from provisioner.domain.instances import CloudInstance
-from provisioner.domain.nodes import NodeState
 from provisioner.domain.spot_warnings import SpotWarning, WarningKind
-from provisioner.reconcile.sync_model import NodeFix, SignalJobs
+from provisioner.reconcile.sync_model import OUT_OF_SERVICE, NodeFix, SignalJobs
 from provisioner.reconcile.sync_pass import SyncPlanBuilder, SyncView
-
-_OUT_OF_SERVICE = frozenset(
-    {
-        NodeState.DRAINING,
-        NodeState.DRAINED,
-        NodeState.DOWN,
-        NodeState.POWERING_DOWN,
-        NodeState.POWERED_DOWN,
-    }
-)
 
 
 def _from_instance(
@@ -94,7 +83,7 @@ def handle_warned(
 
 def _drain(view: SyncView, out: SyncPlanBuilder, node: str, w: SpotWarning) -> bool:
     n = view.nodes.get(node)
-    if view.fresh and n is not None and n.state not in _OUT_OF_SERVICE and node not in out.fixes:
+    if view.fresh and n is not None and n.state not in OUT_OF_SERVICE and node not in out.fixes:
         out.fixes[node] = NodeFix(node, "drain", f"{_words(w)}: no new work on this node")
     return False
 
