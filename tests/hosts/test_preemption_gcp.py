@@ -26,7 +26,7 @@ from provisioner.testing.fake_gce import FakeGCE
 from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
 from tests.hosts.join_world import Driver, S, make_controller
 from tests.hosts.test_join_gcp import IMAGE, POOL, PROJECT
-from tests.hosts.test_spot_warning_aws import JOB, free_port
+from tests.hosts.test_spot_warning_aws import free_port, ready_vm_running, submit_checkpointing_job
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.gcp, pytest.mark.slurm, pytest.mark.e2e]
 
@@ -70,24 +70,8 @@ def test_a_preempted_gce_vm_has_its_job_requeued_after_a_checkpoint_and_is_delet
     )
     drive = Driver(c, vms)
     try:
-        script = gcp_cluster.dir / "jobs" / "checkpointing.sh"
-        script.parent.mkdir(exist_ok=True)
-        script.write_text(JOB)
-        jid = gcp_cluster.sh(
-            "sbatch", "--parsable", "-p", "cloud", "--gres=gpu:8", "-t", "10", "--requeue",
-            "--chdir=/tmp", "-o", "/tmp/job-%j.out", str(script),
-        ).strip().split(";")[0]  # fmt: skip
-
-        def running_on_a_vm() -> str | None:
-            snap = c.reconciler.last_snapshot
-            job = next((j for j in snap.jobs if j.job_id == jid), None) if snap else None
-            if job is None or str(job.state) != "running" or not job.nodes:
-                return None
-            live = {si.instance.node_name: si.instance for si in c.store.instances(live_only=True)}
-            inst = live.get(job.nodes[0])
-            return inst.instance_id if inst is not None and inst.state is S.READY else None
-
-        name = drive.until("the job running on a GCE VM", running_on_a_vm, 240)
+        jid = submit_checkpointing_job(gcp_cluster)
+        name = drive.until("the job running on a GCE VM", lambda: ready_vm_running(c, jid), 240)
         ((zone, _),) = [k for k in fake.instances if k[1] == name]
         ip = fake.instances[(zone, name)]["networkInterfaces"][0]["networkIP"]
         first_id = fake.instances[(zone, name)]["id"]

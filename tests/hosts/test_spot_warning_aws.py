@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.act.ports import TAG_CONTROLLER
-from provisioner.bootstrap import ApiServer
+from provisioner.bootstrap import ApiServer, Controller
 from provisioner.domain.plan import ReasonCode
 from provisioner.domain.spot_warnings import WarningKind
 from provisioner.testing import hosts
@@ -47,6 +47,28 @@ trap 'echo checkpoint > /mnt/out/checkpoint-$SLURM_JOB_ID' USR1
 echo started > /mnt/out/started-$SLURM_JOB_ID
 while :; do sleep 1; done
 """
+
+
+def submit_checkpointing_job(cluster: HostCluster) -> str:
+    """An 8-GPU, requeueable job in the cloud partition running JOB; its id."""
+    script = cluster.dir / "jobs" / "checkpointing.sh"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(JOB)
+    return cluster.sh(
+        "sbatch", "--parsable", "-p", "cloud", "--gres=gpu:8", "-t", "10", "--requeue",
+        "--chdir=/tmp", "-o", "/tmp/job-%j.out", str(script),
+    ).strip().split(";")[0]  # fmt: skip
+
+
+def ready_vm_running(c: Controller, jid: str) -> str | None:
+    """The id of the ready instance whose node runs job `jid` (None while there is none)."""
+    snap = c.reconciler.last_snapshot
+    job = next((j for j in snap.jobs if j.job_id == jid), None) if snap else None
+    if job is None or str(job.state) != "running" or not job.nodes:
+        return None
+    live = {si.instance.node_name: si.instance for si in c.store.instances(live_only=True)}
+    inst = live.get(job.nodes[0])
+    return inst.instance_id if inst is not None and inst.state is S.READY else None
 
 
 def free_port(host: str) -> int:
@@ -80,24 +102,8 @@ def test_a_spot_notice_on_the_vm_requeues_its_job_after_a_checkpoint_and_ends_th
     )
     drive = Driver(c, vms)
     try:
-        script = host_cluster.dir / "jobs" / "checkpointing.sh"
-        script.parent.mkdir(exist_ok=True)
-        script.write_text(JOB)
-        jid = host_cluster.sh(
-            "sbatch", "--parsable", "-p", "cloud", "--gres=gpu:8", "-t", "10", "--requeue",
-            "--chdir=/tmp", "-o", "/tmp/job-%j.out", str(script),
-        ).strip().split(";")[0]  # fmt: skip
-
-        def running_on_a_vm() -> str | None:
-            snap = c.reconciler.last_snapshot
-            job = next((j for j in snap.jobs if j.job_id == jid), None) if snap else None
-            if job is None or str(job.state) != "running":
-                return None
-            live = {si.instance.node_name: si.instance for si in c.store.instances(live_only=True)}
-            inst = live.get(job.nodes[0]) if job.nodes else None
-            return inst.instance_id if inst is not None and inst.state is S.READY else None
-
-        iid = drive.until("the job running on a burst VM", running_on_a_vm, 240)
+        jid = submit_checkpointing_job(host_cluster)
+        iid = drive.until("the job running on a burst VM", lambda: ready_vm_running(c, jid), 240)
         host = vms.running[iid]
         host.wait_for(f"started-{jid}", 60)  # the script itself runs on the VM (not configuring)
         ip = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0][
