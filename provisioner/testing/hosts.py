@@ -254,6 +254,19 @@ class TestHost:
 
         return self._poll(path, read, deadline_s, 0.2)
 
+    def wait_systemd(self, deadline_s: float = 60.0) -> str:
+        """systemd's state inside once it answers on its bus (`starting` or later): until
+        then a `systemctl` in the host fails ("not booted with systemd", "Host is down")."""
+
+        def read() -> str:
+            with contextlib.suppress(HostError, OSError, ValueError):
+                state = self.exec("systemctl", "is-system-running", timeout=10).stdout.strip()
+                if state in ("starting", "running", "degraded"):
+                    return state
+            return ""
+
+        return self._poll("systemd", read, deadline_s, 0.2)
+
     def _poll(self, what: str, read: Callable[[], str], deadline_s: float, every_s: float) -> str:
         """`read()` until it gives text, while the host runs, for at most `deadline_s`."""
         end = time.monotonic() + deadline_s

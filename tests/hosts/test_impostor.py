@@ -84,7 +84,7 @@ def test_a_second_machine_claiming_a_bound_node_draws_no_work_or_is_drained_with
             n = next(n for n in snap.nodes if n.name == j.nodes[0])
             return n.name if n.state in (NodeState.ALLOCATED, NodeState.MIXED) else None
 
-        node = drive.until("the job to run on a burst VM", running, 120)
+        node = drive.until("the job to run on a burst VM", running, 300)
         (si,) = c.store.instances()
         own_ip = next(
             i["PrivateIpAddress"]
@@ -94,7 +94,7 @@ def test_a_second_machine_claiming_a_bound_node_draws_no_work_or_is_drained_with
         assert cluster.node_addr(node) == own_ip
 
         impostor.boot()
-        impostor.wait_inside("/etc/hostname", 60)
+        impostor.wait_systemd(60)
         conf = f"--conf-server {hosts.HOST_ADDRESS}:{cluster.port} -N {node}"
         started = impostor.exec(
             "sh",
