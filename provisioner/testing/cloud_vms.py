@@ -14,12 +14,21 @@ private address must lie on the tests' /24 (the pool's subnet is created there).
 from __future__ import annotations
 
 import base64
+import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from provisioner.testing import hosts
+
+_ANSI = re.compile(r"\x1b\[[0-9;:]*m")
+# Console lines that tell how far a boot got, and when.
+_MILESTONE = re.compile(
+    r"running '[a-z:-]+' at|gpu-burst-join|Started .*(munge|slurmd)|FAILED|Traceback|error"
+    r"|Failed (?!to create symlink|to attach|generating key)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +70,8 @@ class CloudVms:
         self.running: dict[str, hosts.TestHost] = {}  # instance id -> its host
         self.booted: list[str] = []  # instance ids, in the order their hosts booted
         self.stopped: list[str] = []
+        self.consoles: dict[str, Path] = {}  # instance id -> its boot log, kept once it stops
+        self.boot_times: dict[str, str] = {}  # instance id -> when its host booted (UTC)
 
     def sync(self) -> None:
         listed = list(self.lister())
@@ -72,6 +83,8 @@ class CloudVms:
         for vm in reversed(new) if self.newest_first else new:
             self.running[vm.instance_id] = self._boot(vm)
             self.booted.append(vm.instance_id)
+            self.consoles[vm.instance_id] = self.running[vm.instance_id].console
+            self.boot_times[vm.instance_id] = time.strftime("%H:%M:%S", time.gmtime())
 
     def _boot(self, vm: RunningVm) -> hosts.TestHost:
         net, _, octet = vm.private_ip.rpartition(".")
@@ -82,6 +95,20 @@ class CloudVms:
         spec = hosts.HostSpec(vm.instance_id, vm.hostname, int(octet), vm.user_data)
         host = hosts.TestHost(spec, self.root, self.workdir, self.sidecar(vm), self.files)
         return host.boot()
+
+    def boot_story(self) -> dict[str, list[str]]:
+        """instance id -> the milestones of its boot (cloud-init's stages with their times, the
+        join program's words, slurmd's start, failures): why a VM joined late or not at all."""
+        out: dict[str, list[str]] = {}
+        for iid, console in self.consoles.items():
+            text = console.read_text(errors="replace") if console.exists() else ""
+            seen = [
+                line.strip()[-160:]
+                for line in _ANSI.sub("", text).splitlines()
+                if _MILESTONE.search(line)
+            ]
+            out[iid] = [f"booted {self.boot_times.get(iid, '?')} UTC", *seen[-20:]]
+        return out
 
     def host_of(self, instance_id: str) -> hosts.TestHost:
         return self.running[instance_id]

@@ -180,7 +180,7 @@ def start_host_cluster(
         WITH_REST="0",
         # the image's own key (a key baked into the image), unless the test hands out another
         MUNGE_KEY_FROM=str(munge_key or root / "etc" / "munge" / "munge.key"),
-        RESUME_TIMEOUT="90",
+        RESUME_TIMEOUT="300",  # above the controller's join timeout (join_world.py)
         CLOUD_REG_ADDRS="1" if cloud_reg_addrs else "0",
     )
     script = REPO / "scripts"

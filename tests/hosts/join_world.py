@@ -47,6 +47,13 @@ sleep 2
 """
 
 
+# How long a VM may take from launch to its node registering, on the controller's side (its
+# join timeout) and the VM's (how long it waits for its node name). A test host joins ~4 s
+# after launch here, but the demo policy's 60 s was once not enough on a loaded CI machine:
+# tests that are not about the timeout allow what a cloud allows (slurm-gcp's ResumeTimeout
+# default is 300 s; the test clusters' is above this, so the controller's reason comes first).
+JOIN_TIMEOUT_S = 240.0
+
 # moto's stand-in keys: any key passes while its IAM enforcement is off
 MOTO_KEYS = (TEST_CREDENTIALS["AWS_ACCESS_KEY_ID"], TEST_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
 
@@ -77,6 +84,7 @@ def make_controller(
     node: dict[str, Any] | None = None,
     aws_keys: tuple[str, str] = MOTO_KEYS,
     munge_socket: str = "",
+    join_timeout_s: float = JOIN_TIMEOUT_S,
 ) -> Controller:
     """The demo Slurm policy's controller, its VMs joining `cluster` by address. AWS: moto at
     `endpoint`, instances in `subnet`. `pools`/`images` replace the policy's; `gcp`: the GCE
@@ -87,14 +95,15 @@ def make_controller(
             "controller_host": hosts.HOST_ADDRESS,
             "controller_port": cluster.port,
             "node_address": "instance",
-            "join_deadline_s": 120,
+            "join_deadline_s": int(join_timeout_s),
             **({"images": images} if images else {}),
             **(node or {}),
         }
     )
     chosen = pools if pools is not None else base.pools
     chosen = [p.model_copy(update={"subnets": [subnet]}) if subnet else p for p in chosen]
-    policy = base.model_copy(update={"node": node, "pools": chosen})
+    guardrails = base.guardrails.model_copy(update={"join_timeout_s": join_timeout_s})
+    policy = base.model_copy(update={"node": node, "pools": chosen, "guardrails": guardrails})
     gce_endpoint, project, credentials = gcp if gcp else (None, "", None)
     settings = load_settings(
         store_url=f"sqlite:///{tmp / 'controller.sqlite'}",
@@ -152,9 +161,16 @@ class Driver:
                     for si in self.c.store.instances()
                 ]
                 consoles = {i: h.tail(8) for i, h in self.vms.running.items()}
+                # why each instance went: the decisions that terminated or failed anything
+                why = [
+                    (d.reason, d.decision.node, d.decision.instance, dict(d.decision.detail))
+                    for d in self.c.store.decisions(limit=12)
+                    if d.decision.node or d.decision.instance
+                ]
                 pytest.fail(
                     f"timed out waiting for {what}: nodes={nodes} jobs={jobs} instances={insts} "
-                    f"errors={self.errors[-5:]} consoles={consoles}"
+                    f"decisions={why} errors={self.errors[-5:]} consoles={consoles} "
+                    f"boots={self.vms.boot_story()}"
                 )
             time.sleep(0.5)
 

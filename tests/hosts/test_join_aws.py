@@ -57,7 +57,7 @@ def test_two_vms_join_as_their_own_nodes_run_jobs_and_leave(
     try:
         watch = WhoamiJobs(c, host_cluster, WHOAMI)
         jobs, addr_of = watch.ids, watch.addr_of
-        ran_on = drive.until("both jobs to complete on burst nodes", watch.done, 240)
+        ran_on = drive.until("both jobs to complete on burst nodes", watch.done, 300)
         assert len({n for nodes in ran_on.values() for n in nodes}) == 2, ran_on
 
         # What each job printed, found on whichever host ran it: its own metadata's answer.

@@ -92,7 +92,7 @@ def test_two_gce_vms_join_as_their_own_nodes_run_jobs_and_leave(
     try:
         watch = WhoamiJobs(c, gcp_cluster, WHOAMI)
         jobs, addr_of = watch.ids, watch.addr_of
-        ran_on = drive.until("both jobs to complete on GCE burst nodes", watch.done, 240)
+        ran_on = drive.until("both jobs to complete on GCE burst nodes", watch.done, 300)
         printed = {}
         for h in vms.running.values():
             for j in jobs:

@@ -133,6 +133,8 @@ def test_the_vm_reads_its_munge_key_with_its_own_role_or_gets_no_node(
         pools=pools,
         node={"munge_key_parameter": PARAM, "ssm_endpoint": endpoint},
         aws_keys=keys,
+        # the VM that may not read its key never joins: this test is about that timeout
+        **({"join_timeout_s": 60.0} if role == "may-not-read" else {}),
     )
     vms = CloudVms(
         root,
@@ -154,7 +156,7 @@ def test_the_vm_reads_its_munge_key_with_its_own_role_or_gets_no_node(
             return j.state if j is not None else None
 
         if role == "may-read":
-            drive.until("the job to complete", lambda: job_state() is JobState.COMPLETED, 180)
+            drive.until("the job to complete", lambda: job_state() is JobState.COMPLETED, 300)
             (vm,) = vms.booted
             got = vms.running[vm].exec("sha256sum", "/etc/munge/munge.key").stdout.split()[0]
             import hashlib

@@ -71,7 +71,7 @@ def test_a_preempted_gce_vm_has_its_job_requeued_after_a_checkpoint_and_is_delet
     drive = Driver(c, vms)
     try:
         jid = submit_checkpointing_job(gcp_cluster)
-        name = drive.until("the job running on a GCE VM", lambda: ready_vm_running(c, jid), 240)
+        name = drive.until("the job running on a GCE VM", lambda: ready_vm_running(c, jid), 300)
         ((zone, _),) = [k for k in fake.instances if k[1] == name]
         ip = fake.instances[(zone, name)]["networkInterfaces"][0]["networkIP"]
         first_id = fake.instances[(zone, name)]["id"]

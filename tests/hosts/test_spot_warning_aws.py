@@ -103,7 +103,7 @@ def test_a_spot_notice_on_the_vm_requeues_its_job_after_a_checkpoint_and_ends_th
     drive = Driver(c, vms)
     try:
         jid = submit_checkpointing_job(host_cluster)
-        iid = drive.until("the job running on a burst VM", lambda: ready_vm_running(c, jid), 240)
+        iid = drive.until("the job running on a burst VM", lambda: ready_vm_running(c, jid), 300)
         host = vms.running[iid]
         host.wait_for(f"started-{jid}", 60)  # the script itself runs on the VM (not configuring)
         ip = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0][
