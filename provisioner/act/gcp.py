@@ -30,6 +30,7 @@ from provisioner.act.ports import (
     CloudState,
     GroupStatus,
     OwnedInstance,
+    PartialListing,
     PoolSpec,
     check_target,
     request_token,
@@ -47,7 +48,6 @@ from provisioner.domain.errors import (
     CloudError,
     LaunchError,
     LaunchSpecError,
-    ListingIncomplete,
     NotFoundError,
     QuotaError,
     ThrottlingError,
@@ -411,9 +411,10 @@ class GcpCapacity(_GcpBase):
                         out.append(_owned(inst, gcp_zone_name(scope)))
             if unreachable:
                 # The VMs of those zones are not listed, not gone: a partial answer must
-                # never close their records or fail their nodes.
-                raise ListingIncomplete(
+                # never close their records or fail their nodes. What did answer is real.
+                raise PartialListing(
                     f"gcp: instances listed in part, unreachable: {', '.join(sorted(unreachable))}",
+                    out,
                     code="UNREACHABLE",
                 )
             return out

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from provisioner.domain.errors import CloudError, InvalidArgument
+from provisioner.domain.errors import CloudError, InvalidArgument, ListingIncomplete
 from provisioner.domain.offers import CapacityType, OfferKey
 
 # Tag (AWS) / label (GCP) keys every resource carries. GCP label keys and values allow only
@@ -212,6 +212,15 @@ class OwnedInstance:
     @property
     def pool(self) -> str:
         return self.tags.get(TAG_POOL, "")
+
+
+class PartialListing(ListingIncomplete):
+    """A listing answered in part: `listed` is what the reachable part holds. Those instances
+    are real (their records may follow them); the missing part's may still run and cost."""
+
+    def __init__(self, message: str, listed: Sequence[OwnedInstance], *, code: str = "") -> None:
+        super().__init__(message, code=code)
+        self.listed = tuple(listed)
 
 
 @dataclass(frozen=True, slots=True)

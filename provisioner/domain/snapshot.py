@@ -23,6 +23,9 @@ class SpendState:
     burn_usd_hr: Decimal = Decimal(0)
     team_month_spent_usd: Mapping[str, Decimal] = field(default_factory=dict)
     team_committed_usd: Mapping[str, Decimal] = field(default_factory=dict)
+    # Why `burn_usd_hr` may fall short ("" when it is whole): a cloud listed in part or not at
+    # all may run machines the store does not know (a store restored from an older copy).
+    unknown: str = ""
 
 
 @dataclass(frozen=True, slots=True)

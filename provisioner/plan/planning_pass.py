@@ -81,12 +81,15 @@ class Budget:
     global_cap: Decimal | None
     burn: Decimal
     team_headroom: dict[str, Decimal]
+    burn_unknown: str = ""  # why the burn may be short: then no $/h cap can be checked
 
     def global_headroom(self) -> Decimal | None:
         return None if self.global_cap is None else self.global_cap - self.burn
 
     def allows(self, usd_hr: Decimal, team: str, expected: Decimal) -> ReasonCode | None:
-        if self.global_cap is not None and self.burn + usd_hr > self.global_cap:
+        if self.global_cap is not None and (
+            self.burn_unknown or self.burn + usd_hr > self.global_cap
+        ):
             return ReasonCode.BLOCKED_GLOBAL_BUDGET
         room = self.team_headroom.get(team)
         if room is not None and expected > room:
@@ -163,7 +166,12 @@ class PlanningPass:
             spent = snapshot.spend.team_month_spent_usd.get(team, Decimal(0))
             committed = snapshot.spend.team_committed_usd.get(team, Decimal(0))
             headroom[team] = tb.monthly_usd - spent - committed
-        self.budget = Budget(budgets.global_usd_per_hour, snapshot.spend.burn_usd_hr, headroom)
+        self.budget = Budget(
+            budgets.global_usd_per_hour,
+            snapshot.spend.burn_usd_hr,
+            headroom,
+            burn_unknown=snapshot.spend.unknown,
+        )
 
     # ---- helpers -------------------------------------------------------------------------
 
@@ -172,6 +180,8 @@ class PlanningPass:
         assert isinstance(detail, dict)
         if kw.get("predicted_wait_s") is not None and any(j in self.beyond for j in job_ids):
             detail = kw["detail"] = {**detail, LOWER_BOUND: "true"}
+        if reason is ReasonCode.BLOCKED_GLOBAL_BUDGET and self.budget.burn_unknown:
+            detail = kw["detail"] = {**detail, "spend_unknown": self.budget.burn_unknown}
         # Decisions without jobs (drain, terminate, keep) are told apart by what they are about.
         about: list[str] = []
         if not job_ids:

@@ -227,7 +227,8 @@ class Reconciler:
         recover_intents(self.ctx, self.terminations, now, report)
         snap = observe(self.deps.observer, self.last_snapshot, now)
         report.stale = snap.stale
-        owned, complete = list_owned(self.deps.clouds, self.controller, report)
+        listing = list_owned(self.deps.clouds, self.controller, report)
+        owned, complete = listing.owned, listing.complete
         listed = {o.instance_id: o for o in owned}
         records = self.ctx.records(now)
         live = (si.instance.instance_id for si in records if not si.instance.state.terminal)
@@ -245,8 +246,8 @@ class Reconciler:
         if splan.kills:
             # A group may launch a replacement as soon as it is told about a reclaimed or
             # terminated member: read the listing again so the plan's budgets count it.
-            owned, _ = list_owned(self.deps.clouds, self.controller, PassReport(now_ts=now))
-        view = enrich(self.ctx, snap, now, owned)
+            listing = list_owned(self.deps.clouds, self.controller, PassReport(now_ts=now))
+        view = enrich(self.ctx, snap, now, listing)
         policy = self.effective_policy.current()
         planned = planning_view(self.runtimes.annotate(view), policy)
         self.ranks = self.ranks.for_inputs(self.catalog, policy)

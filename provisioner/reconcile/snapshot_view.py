@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Protocol
 
 from provisioner.account.budgets import BudgetReads, budget_status
-from provisioner.act.ports import CloudPorts, CloudState, OwnedInstance
+from provisioner.act.ports import CloudPorts, CloudState, OwnedInstance, PartialListing
 from provisioner.config.models import Policy
 from provisioner.domain.errors import CloudError, InvalidArgument, ProvisionerError
 from provisioner.domain.instances import CloudInstance, InstanceState
@@ -54,30 +54,47 @@ def observe(
         return base.mark_stale(f"slurm: {exc}")
 
 
-def list_owned(
-    clouds: Mapping[str, CloudPorts], controller: str, report: PassReport
-) -> tuple[list[OwnedInstance], bool]:
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One pass's listing of this controller's instances in every cloud. `gaps`: for each cloud
+    that answered in part or not at all, why. The machines it did not list may still run, and
+    cost, so nothing is taken as gone from it and the $/h cap cannot be checked against it."""
+
+    owned: list[OwnedInstance]
+    gaps: tuple[str, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        return not self.gaps
+
+
+def list_owned(clouds: Mapping[str, CloudPorts], controller: str, report: PassReport) -> Listing:
     owned: list[OwnedInstance] = []
-    complete = True
+    gaps: list[str] = []
     for cloud, ports in sorted(clouds.items()):
         try:
             owned.extend(ports.capacity.list_owned(controller))
         except CloudError as err:
-            complete = False
+            if isinstance(err, PartialListing):
+                owned.extend(err.listed)  # the part that answered is real
+            text = str(err)
+            gaps.append(text if text.startswith(f"{cloud}:") else f"{cloud}: {text}")
             report.errors.append(f"list {cloud}: {error_code(err)}")
             log.warning("listing %s instances failed: %s", cloud, err)
-    return owned, complete
+    return Listing(owned, tuple(gaps))
 
 
 def enrich(
     ctx: PassContext,
     snap: ClusterSnapshot,
     now: float,
-    owned: Sequence[OwnedInstance] = (),
+    listing: Listing | None = None,
 ) -> ClusterSnapshot:
     """The planner's view: Slurm's snapshot with the instances (records, launches not listed
-    yet, and machines the cloud runs for us that the store does not know), the spend, the NVML
-    load and the pause switch."""
+    yet, and machines the cloud runs for us that the store does not know), the spend (short
+    of what a cloud listed in part runs: `spend.unknown` says so), the NVML load and the pause
+    switch."""
+    listing = listing or Listing([])
     store = ctx.store
     live = store.instances(live_only=True)
     by_node = {si.instance.node_name: si.instance for si in live if si.instance.node_name}
@@ -93,12 +110,13 @@ def enrich(
     # The planner counts only the GPUs Slurm has not yet placed jobs on (via instance_id).
     instances = [si.instance for si in live]
     instances += placeholders(ctx, live, now)
-    instances += unrecorded(ctx, live, owned, now)
+    instances += unrecorded(ctx, live, listing.owned, now)
     op = store.operator_state()
+    known = spend(store, live, instances, now)
     return replace(
         snap,
         instances=tuple(instances),
-        spend=spend(store, live, instances, now),
+        spend=replace(known, unknown="; ".join(listing.gaps)),
         paused=op.paused,
     )
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from cloud_envs import CONTROLLER, CloudEnv
 
-from provisioner.act.ports import request_token
+from provisioner.act.ports import PartialListing, request_token
 from provisioner.domain.errors import ListingIncomplete
 
 pytestmark = pytest.mark.gcp
@@ -34,8 +34,12 @@ def test_a_listing_with_an_unreachable_zone_says_it_is_partial(
     zones = two_zones(cloud, fake)
     down = sorted(zones.values())[0]
     fake.unreachable_zones.add(down)
-    with pytest.raises(ListingIncomplete, match=down):
+    with pytest.raises(ListingIncomplete, match=down) as raised:
         cloud.capacity.list_owned(CONTROLLER)
+    # what the answering zone holds comes with it, and only that
+    assert isinstance(raised.value, PartialListing)
+    answered = {name for name, zone in zones.items() if zone != down}
+    assert {o.instance_id for o in raised.value.listed} == answered
     # its VM is still there: a partial answer is not an end
     assert down in {z for (z, _) in fake.instances}
     fake.unreachable_zones.clear()

@@ -363,6 +363,26 @@ def test_a_node_slurm_powers_up_gets_the_cheapest_allowed_offer_from_plan() -> N
     assert (d.node, d.pool, d.detail) == ("cloud-aws-1", "aws-a100", {"by": "slurm"})
 
 
+def test_a_spend_not_fully_known_holds_bursts_under_a_global_cap_only() -> None:
+    """A cloud listed in part may run machines no record counts (the store restored from an
+    older copy): with a $/h cap, no burst is bought until the listing is whole again, and
+    the decision says why. Without a cap there is nothing to break."""
+    gap = "gcp: instances listed in part, unreachable: zones/us-central1-b"
+    s = snap(pending("b", 1, runtime=1000), spend=SpendState(unknown=gap))
+    p = plan(s, policy(budgets={"global_usd_per_hour": "1000"}), catalog(), Backoff(), T0)
+    assert reasons(p)["b"] is ReasonCode.BLOCKED_GLOBAL_BUDGET and not p.scale_ups
+    (d,) = [d for d in p.decisions if d.job_ids == ("b",)]
+    assert d.detail["spend_unknown"] == gap
+    p = plan(s, policy(), catalog(), Backoff(), T0)
+    assert [u.job_ids for u in p.scale_ups] == [("b",)]
+    # a node Slurm powers up is held the same way
+    spend = SpendState(unknown=gap)
+    s = snap(placed("s1", "cloud-aws-1"), nodes=(*FULL, powering_up()), spend=spend)
+    p = plan(s, policy(budgets={"global_usd_per_hour": "1000"}), catalog(), Backoff(), T0)
+    (d,) = [d for d in p.decisions if d.node == "cloud-aws-1"]
+    assert d.reason is ReasonCode.BLOCKED_GLOBAL_BUDGET and not p.scale_ups
+
+
 def test_a_node_slurm_powers_up_cannot_spend_past_its_team_budget() -> None:
     """The bypass of issue 10 item 2: Slurm-driven power-ups skipped the team's monthly cap."""
     spend = SpendState(team_month_spent_usd={"research": Decimal("99.95")})
