@@ -41,6 +41,12 @@ the same name, with a new id and creation time, as GCE documents for preempted V
 (https://cloud.google.com/compute/docs/instances/spot#preemption-process, "Managed instance
 groups recreate ... when resources are available"); a VM of no group is left TERMINATED.
 Every VM ever created stays in `vms` (a recreated name's earlier VMs in `retired`).
+
+Secret Manager (`secret_manager`, provisioner/testing/fake_secret_manager.py): `versions.access`
+on this same endpoint, for the service account whose token the caller presents. A VM's metadata
+stand-in gets that token at `GET /_fake/token/<zone>/<name>`, minted for the first service
+account in the VM's `serviceAccounts` (from its instance template), as the metadata server's
+`service-accounts/default/token` gives it.
 Simplified: recreation is immediate (resources are always there again), and the recreated VM
 runs at once.
 """
@@ -57,6 +63,8 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from provisioner.testing import fake_secret_manager as secret_manager
 
 _P = r"/compute/v1/projects/(?P<project>[^/]+)"
 PREEMPTION_NOTICE_S = 30.0
@@ -160,6 +168,8 @@ class FakeGCE:
         self.launch_errors: dict[str, str] = {}  # machine type -> a kind of LAUNCH_ERRORS
         self.preempting: dict[tuple[str, str], datetime] = {}  # (zone, name) -> when it stops
         self.retired: list[VmRecord] = []  # VMs whose name a recreated VM took
+        # Secret Manager, with the tokens the metadata stand-in mints for a VM's account
+        self.secret_manager = secret_manager.FakeSecretManager()
         self.op_polls_until_done = op_polls_until_done
         self.zones_per_region = zones_per_region
         self._request_ids: dict[str, Json] = {}
@@ -181,7 +191,12 @@ class FakeGCE:
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n) if n else b""
                 body = json.loads(raw) if raw else None
-                res = fake.handle(self.command, url.path, parse_qs(url.query), body)
+                if secret_manager.handles(url.path):
+                    auth = self.headers.get("Authorization") or ""
+                    with fake.lock:
+                        res = _Result(*fake.secret_manager.access(url.path, auth))
+                else:
+                    res = fake.handle(self.command, url.path, parse_qs(url.query), body)
                 data = json.dumps(res.body).encode()
                 self.send_response(res.status)
                 self.send_header("Content-Type", "application/json")
@@ -354,6 +369,9 @@ class FakeGCE:
             if path.startswith("/_fake/preempted/"):
                 zone, _, name = path[len("/_fake/preempted/") :].partition("/")
                 return _Result(200, {"preempted": (zone, name) in self.preempting})
+            if path.startswith("/_fake/token/"):
+                zone, _, name = path[len("/_fake/token/") :].partition("/")
+                return self._token(zone, name)
             self.requests.append({"method": method, "path": path, "query": q, "body": body})
             op_fault: GceFault | None = None
             for f in self.faults:
@@ -407,6 +425,15 @@ class FakeGCE:
                 method, m["project"], m["region"], m["name"], m["verb"], q, body, fault
             )
         return self._err(404, f"fake_gce: no route for {method} {path}", "notFound")
+
+    def _token(self, zone: str, name: str) -> _Result:
+        """An access token for the service account the VM runs as (its metadata server's
+        `service-accounts/default/token`); 404 for a VM that runs as none, as GCE answers."""
+        inst = self.instances.get((zone, name))
+        accounts = (inst or {}).get("serviceAccounts") or []
+        if not accounts:
+            return self._not_found(f"service account of {zone}/{name}")
+        return _Result(200, self.secret_manager.mint_token(str(accounts[0]["email"])))
 
     def _operation(self, name: str, wait: bool) -> _Result:
         op = self.ops.get(name)

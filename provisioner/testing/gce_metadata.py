@@ -13,6 +13,10 @@ As GCE documents it (https://cloud.google.com/compute/docs/metadata/querying-met
 - `/computeMetadata/v1/instance/preempted` is `FALSE`, or `TRUE` once GCE preempts the VM
   (https://cloud.google.com/compute/docs/instances/create-use-preemptible#detecting), read
   from the fake's `GET /_fake/preempted/<zone>/<name>`.
+- `/computeMetadata/v1/instance/service-accounts/default/token`: an OAuth access token for the
+  service account the VM runs as (`{"access_token", "expires_in", "token_type"}`), minted by the
+  fake (`GET /_fake/token/<zone>/<name>`); 404 for a VM that runs as none
+  (https://cloud.google.com/compute/docs/access/authenticate-workloads#applications).
 Simplified: only the paths the node bootstrap reads; no wait-for-change, no recursive reads.
 """
 
@@ -34,6 +38,7 @@ class GceMetadata:
     def __init__(self, endpoint: str, project: str, zone: str, name: str) -> None:
         self.url = f"{endpoint}/compute/v1/projects/{project}/zones/{zone}/instances/{name}"
         self.preempted_url = f"{endpoint}/_fake/preempted/{zone}/{name}"
+        self.token_url = f"{endpoint}/_fake/token/{zone}/{name}"
 
     def _instance(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.url, timeout=5) as resp:
@@ -47,6 +52,12 @@ class GceMetadata:
         if rest == "preempted":
             with urllib.request.urlopen(self.preempted_url, timeout=5) as resp:
                 return "TRUE" if json.loads(resp.read())["preempted"] else "FALSE"
+        if rest == "service-accounts/default/token":
+            try:
+                with urllib.request.urlopen(self.token_url, timeout=5) as resp:
+                    return str(resp.read().decode())
+            except urllib.error.HTTPError:
+                return None
         try:
             inst = self._instance()
         except urllib.error.HTTPError:
