@@ -11,7 +11,10 @@ first boot. Standard library only (Python 3.9 to 3.13): it runs on the image's o
    instance metadata tags on) or instance attribute (GCE). The controller names a node only for
    an instance it bought, after setting that node's NodeAddr to this instance's private address,
    so the name speaks for this one instance; the hostname proves nothing.
-3. Puts the munge key in place (the command in node.json prints it), never an empty one.
+3. Puts the munge key in place, never an empty one: read from the cloud's secret store with
+   this instance's own identity (AWS SSM Parameter Store with its instance profile's role,
+   GCP Secret Manager with its service account's token), printed by a command, or already in
+   the image.
 4. Starts munged, then slurmd in configless mode as that node: `slurmd -N <node> --conf-server`.
 5. Where node.json names the controller's API, starts the spot watcher (gpu-burst-watch) as
    a systemd unit that restarts it if it dies.
@@ -96,6 +99,13 @@ class Gcp:
     def node(self, key: str) -> str | None:
         return get(f"/computeMetadata/v1/instance/attributes/{key}", self.headers)
 
+    def token(self) -> str:
+        """An OAuth access token for the service account this VM runs as."""
+        doc = get("/computeMetadata/v1/instance/service-accounts/default/token", self.headers)
+        if not doc:
+            raise SystemExit("gpu-burst-join: this instance runs as no service account")
+        return str(json.loads(doc)["access_token"])
+
 
 # --------------------------------------------------------------------------- secrets
 # The munge key comes from the cloud's secret store, read with this instance's own identity
@@ -179,6 +189,21 @@ def ssm_parameter(endpoint: str, region: str, name: str, creds: dict[str, str]) 
     return base64.b64decode(value)
 
 
+def gcp_secret(endpoint: str, name: str, token: str) -> bytes:
+    """A Secret Manager secret version's payload (`name`: projects/P/secrets/S/versions/V),
+    read with this VM's service account's token."""
+    req = urllib.request.Request(
+        f"{endpoint}/v1/{name}:access", headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            data = json.load(resp)["payload"]["data"]
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:300]
+        raise SystemExit(f"gpu-burst-join: Secret Manager {name}: {exc.code} {detail}") from None
+    return base64.b64decode(data)
+
+
 def wait_for_node(meta: Aws | Gcp, key: str, deadline_s: float, poll_s: float) -> str:
     end = time.monotonic() + deadline_s
     while True:
@@ -214,6 +239,10 @@ def install_munge_key(cfg: dict, meta: Aws | Gcp) -> None:  # type: ignore[type-
             source["endpoint"], source["region"], source["name"], aws_credentials(meta)
         )
         write_munge_key(key, f"SSM parameter {source['name']}")
+        return
+    if source.get("source") == "gcp-secret" and isinstance(meta, Gcp):
+        key = gcp_secret(source["endpoint"], source["name"], meta.token())
+        write_munge_key(key, f"Secret Manager {source['name']}")
         return
     command = cfg.get("munge_key_command", "")
     if not command:  # the image holds the key

@@ -33,6 +33,7 @@ WATCH_PROGRAM = "/usr/local/sbin/gpu-burst-watch"
 # AWS refuses user-data over 16 KB (before base64): https://docs.aws.amazon.com/AWSEC2/latest/
 # UserGuide/user-data.html. GCE's limit on a metadata value (256 KB) is far above it.
 MAX_USER_DATA_BYTES = 16 * 1024
+SECRET_MANAGER = "https://secretmanager.googleapis.com"
 
 
 def default_template_path() -> Path:
@@ -47,6 +48,8 @@ class NodeBootstrap:
     munge_key_command: str = ""
     munge_key_parameter: str = ""  # AWS: SSM parameter read with the instance's role
     ssm_endpoint: str = ""  # "" = the region's public SSM endpoint
+    munge_key_secret: str = ""  # GCP: Secret Manager secret read with the service account
+    secretmanager_endpoint: str = ""  # "" = Google's public Secret Manager endpoint
     join_deadline_s: int = 600  # how long the VM waits to be named before it gives up
     controller_api: str = ""  # where the spot watcher reports; "" runs none
     template_path: Path | None = None
@@ -60,6 +63,8 @@ def bootstrap_from(node: NodeBootstrapPolicy, template_path: Path | None = None)
         munge_key_command=node.munge_key_command,
         munge_key_parameter=node.munge_key_parameter,
         ssm_endpoint=node.ssm_endpoint,
+        munge_key_secret=node.munge_key_secret,
+        secretmanager_endpoint=node.secretmanager_endpoint,
         join_deadline_s=node.join_deadline_s,
         controller_api=node.controller_api,
         template_path=template_path,
@@ -75,6 +80,20 @@ def munge_key_source(spec: PoolSpec, boot: NodeBootstrap) -> dict[str, str]:
             "name": boot.munge_key_parameter,
             "region": spec.region,
             "endpoint": endpoint,
+        }
+    if spec.cloud == "gcp" and boot.munge_key_secret:
+        secret = boot.munge_key_secret
+        if not secret.startswith("projects/"):
+            if not spec.project:
+                raise InvalidArgument(
+                    f"pool {spec.pool}: node.munge_key_secret {secret!r} names no project, and "
+                    "the pool has none: write projects/<project>/secrets/<secret>"
+                )
+            secret = f"projects/{spec.project}/secrets/{secret}"
+        return {
+            "source": "gcp-secret",
+            "name": f"{secret}/versions/latest",
+            "endpoint": boot.secretmanager_endpoint or SECRET_MANAGER,
         }
     return {}
 

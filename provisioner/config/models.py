@@ -228,6 +228,10 @@ class Telemetry(Strict):
     retention_s: float = Field(default=7 * 86_400.0, gt=0)
 
 
+# A Secret Manager secret: its id (1-255 of [A-Za-z0-9_-]), or its full resource name.
+_SECRET_NAME = r"^(|[A-Za-z0-9_-]{1,255}|projects/[^/\s]+/secrets/[A-Za-z0-9_-]{1,255})$"
+
+
 class NodeBootstrap(Strict):
     """How burst nodes find the controller and boot (rendered into cloud-init)."""
 
@@ -249,6 +253,12 @@ class NodeBootstrap(Strict):
     # where the VM reaches SSM ("" = https://ssm.<region>.amazonaws.com).
     munge_key_parameter: str = ""
     ssm_endpoint: str = ""
+    # GCP pools: the Secret Manager secret whose latest version holds the munge key (its raw
+    # bytes), read with the pool's service account (`secretAccessor` on that secret only):
+    # `projects/<p>/secrets/<s>`, or `<s>` in the pool's project. Wins over munge_key_command.
+    # `secretmanager_endpoint`: where the VM reaches it ("" = Google's public endpoint).
+    munge_key_secret: str = Field(default="", pattern=_SECRET_NAME)
+    secretmanager_endpoint: str = ""
     images: dict[str, str] = Field(default_factory=dict)  # "aws" or "aws/us-east-1" -> image
     gcp_project: str = ""
     # The controller's API as burst nodes reach it (http://host:port). The node's spot watcher
@@ -278,6 +288,25 @@ class Policy(Strict):
                 raise InvalidArgument(f"pool name {p.name!r} is declared twice")
             seen.add(p.name)
         return pools
+
+    @model_validator(mode="after")
+    def _secret_readers(self) -> Policy:
+        """A VM reads its munge key from the secret store with its own identity: a pool with
+        none would boot, fail to read it and never join (money spent till the join timeout)."""
+        for p in self.pools:
+            if p.cloud == "aws" and self.node.munge_key_parameter and not p.instance_profile:
+                raise InvalidArgument(
+                    f"pools[{p.name}].instance_profile: the VM reads its munge key from SSM "
+                    f"(node.munge_key_parameter) with its instance profile, and this pool "
+                    "has none"
+                )
+            if p.cloud == "gcp" and self.node.munge_key_secret and not p.service_account:
+                raise InvalidArgument(
+                    f"pools[{p.name}].service_account: the VM reads its munge key from Secret "
+                    "Manager (node.munge_key_secret) as its service account, and this pool "
+                    "runs as none"
+                )
+        return self
 
     def pool(self, name: str) -> PoolPolicy:
         for p in self.pools:

@@ -462,6 +462,34 @@ def test_an_aws_vm_is_told_which_ssm_parameter_holds_its_munge_key_never_the_key
     assert node_settings(aws_spec(), NodeBootstrap(controller_host="h"))["munge_key"] == {}
 
 
+def test_a_gce_vm_is_told_which_secret_holds_its_munge_key_never_the_key() -> None:
+    from dataclasses import replace
+
+    from provisioner.act.userdata import node_settings
+    from provisioner.domain.errors import InvalidArgument
+
+    boot = NodeBootstrap(controller_host="h", munge_key_secret="munge-key")
+    spec = replace(gcp_spec(), project="lab-burst")
+    assert node_settings(spec, boot)["munge_key"] == {
+        "source": "gcp-secret",
+        "name": "projects/lab-burst/secrets/munge-key/versions/latest",
+        "endpoint": "https://secretmanager.googleapis.com",
+    }
+    full = NodeBootstrap(
+        controller_host="h",
+        munge_key_secret="projects/keys/secrets/munge",
+        secretmanager_endpoint="http://10.77.0.1:8000",
+    )
+    assert node_settings(gcp_spec(), full)["munge_key"] == {
+        "source": "gcp-secret",
+        "name": "projects/keys/secrets/munge/versions/latest",
+        "endpoint": "http://10.77.0.1:8000",
+    }
+    assert node_settings(aws_spec(), boot)["munge_key"] == {}  # GCP's store only
+    with pytest.raises(InvalidArgument, match="munge_key_secret"):
+        node_settings(replace(gcp_spec(), project=""), boot)  # a bare id and no project
+
+
 def test_a_user_data_cloud_init_would_refuse_is_refused_naming_the_field(tmp_path: Path) -> None:
     from provisioner.act.userdata import check_user_data
     from provisioner.domain.errors import InvalidArgument

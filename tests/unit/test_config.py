@@ -64,6 +64,29 @@ def test_bad_policy_names_file_and_field(tmp_path: Path, text: str, field: str, 
     assert words in err.value.message
 
 
+@pytest.mark.parametrize(
+    ("pool", "node", "identity", "words"),
+    [
+        ("{name: g-a, cloud: gcp", "{munge_key_secret: munge-key}",
+         "service_account: n@p.iam.gserviceaccount.com", "pools[g-a].service_account"),
+        ("{name: a-a, cloud: aws", "{munge_key_parameter: /k}",
+         "instance_profile: burst-node", "pools[a-a].instance_profile"),
+    ],
+)  # fmt: skip
+def test_a_pool_whose_vms_could_not_read_their_munge_key_is_refused(
+    tmp_path: Path, pool: str, node: str, identity: str, words: str
+) -> None:
+    """Such a VM boots, cannot read the key with no identity, and never joins."""
+    f = tmp_path / "burst.yaml"
+    f.write_text(f"pools: [{pool}, regions: [x], gpu_model: A100}}]\nnode: {node}\n")
+    with pytest.raises(ConfigError) as err:
+        load_policy(f)
+    assert err.value.source == str(f) and words in err.value.message
+    # with the identity it reads with, the same policy loads
+    f.write_text(f"pools: [{pool}, regions: [x], gpu_model: A100, {identity}}}]\nnode: {node}\n")
+    assert load_policy(f).pools
+
+
 def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
     f = tmp_path / "burst.yaml"
     f.write_text("controller: x\npools: [\n  - {name: \n")
