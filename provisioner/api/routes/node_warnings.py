@@ -16,11 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from provisioner.api import render
 from provisioner.api.deps import deps_of, now_ts
+from provisioner.api.node_claims import bound_instance, root_payload
 from provisioner.api.schemas.common import IsoTime, Message, Out
 from provisioner.domain.spot_warnings import parse_report
-from provisioner.observe.munge_credentials import CredentialRejected
-
-ROOT_UID = 0
 
 
 class WarningIn(BaseModel):
@@ -54,26 +52,12 @@ def node_warnings_router() -> APIRouter:
     )
     def post_warning(request: Request, node: str, body: WarningIn) -> dict[str, Any]:
         deps = deps_of(request)
-        if deps.spot_inbox is None or deps.munge is None:
+        if deps.spot_inbox is None:
             raise HTTPException(503, "this controller takes no spot warnings: no munged set")
-        try:
-            claim = deps.munge.decode(body.credential)
-        except CredentialRejected as exc:
-            raise HTTPException(403, str(exc)) from None
-        if claim.uid != ROOT_UID:
-            raise HTTPException(403, f"the credential was made by uid {claim.uid}, not root")
+        payload = root_payload(deps, body.credential, "spot warnings")
         source = request.client.host if request.client else ""
-        warning = parse_report(claim.payload, noticed_ts=now_ts(deps), source=source)
-        if warning.node != node:
-            raise HTTPException(403, f"the credential speaks for node {warning.node!r}")
-        rec = deps.store.instance(warning.instance_id)
-        if rec is None or rec.instance.state.terminal:
-            raise HTTPException(
-                403, f"{warning.instance_id} is no live instance of this controller"
-            )
-        if rec.instance.node_name != node:
-            bound = rec.instance.node_name or "no node"
-            raise HTTPException(403, f"{warning.instance_id} is bound to {bound}, not {node}")
+        warning = parse_report(payload, noticed_ts=now_ts(deps), source=source)
+        bound_instance(deps, node, warning.node, warning.instance_id)
         new = deps.spot_inbox.post(warning)
         deadline = warning.deadline_ts()
         return {
