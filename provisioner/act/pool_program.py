@@ -152,7 +152,12 @@ def gcp_pool(spec: PoolSpec) -> dict[str, pulumi.CustomResource]:
             )
         ],
         # no access_configs: no external IP
-        network_interfaces=[gcp.compute.InstanceTemplateNetworkInterfaceArgs(network=spec.network)],
+        network_interfaces=[
+            gcp.compute.InstanceTemplateNetworkInterfaceArgs(
+                network=spec.network, subnetwork=spec.subnetwork or None
+            )
+        ],
+        tags=list(spec.network_tags) or None,
         labels=dict(spec.tags),
         metadata={"user-data": spec.user_data} if spec.user_data else None,
         service_account=gcp.compute.InstanceTemplateServiceAccountArgs(

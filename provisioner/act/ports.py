@@ -82,6 +82,8 @@ class PoolSpec:
     subnets: tuple[str, ...] = ()  # AWS: subnet ids for the group (else `zones`)
     security_groups: tuple[str, ...] = ()  # AWS
     network: str = "global/networks/default"  # GCP
+    subnetwork: str = ""  # GCP: regions/<region>/subnetworks/<name> ("" = the network's own)
+    network_tags: tuple[str, ...] = ()  # GCP: what firewall rules match the VMs by
     project: str = ""  # GCP
     disk_gb: int = 200
     root_device: str = "/dev/sda1"  # AWS: the AMI's root device name
@@ -143,6 +145,8 @@ class PoolSpec:
             ",".join(self.subnets),
             ",".join(self.security_groups),
             self.network,
+            self.subnetwork,
+            ",".join(self.network_tags),
             str(self.disk_gb),
             self.root_device,
             self.team,

@@ -180,7 +180,7 @@ def gcp_template_body(spec: PoolSpec) -> dict[str, Any]:
             }
         ],
         # no accessConfigs: no external IP
-        "networkInterfaces": [{"network": spec.network}],
+        "networkInterfaces": [gcp_network_interface(spec)],
         "labels": dict(spec.tags),
         "metadata": {"items": [{"key": "user-data", "value": spec.user_data}]}
         if spec.user_data
@@ -188,11 +188,21 @@ def gcp_template_body(spec: PoolSpec) -> dict[str, Any]:
     }
     if spec.service_account:
         props["serviceAccounts"] = [{"email": spec.service_account, "scopes": list(GCP_SCOPES)}]
+    if spec.network_tags:
+        props["tags"] = {"items": list(spec.network_tags)}
     return {
         "name": gcp_template_name(spec),
         "description": pool_description(spec),
         "properties": props,
     }
+
+
+def gcp_network_interface(spec: PoolSpec) -> dict[str, str]:
+    """The VM's one interface: the pool's network, and its subnetwork where it names one."""
+    nic = {"network": spec.network}
+    if spec.subnetwork:
+        nic["subnetwork"] = spec.subnetwork
+    return nic
 
 
 def gcp_group_body(spec: PoolSpec, template_link: str) -> dict[str, Any]:

@@ -58,12 +58,28 @@ def spec_for_offer(
         decision_id=decision_id,
         workload=pool.workload,
         project=project if pool.cloud == "gcp" else "",
+        zones=tuple(z for z in pool.zones if _in_region(z, offer.region)),
         subnets=tuple(pool.subnets),
         security_groups=tuple(pool.security_groups),
+        network=_gcp_path(pool.network, "global/networks/") or "global/networks/default",
+        subnetwork=_gcp_path(pool.subnetwork, f"regions/{offer.region}/subnetworks/"),
+        network_tags=tuple(pool.network_tags),
+        disk_gb=pool.root_disk_gb,
         instance_profile=pool.instance_profile,
         service_account=pool.service_account,
     )
     return replace(spec, user_data=user_data(spec)) if user_data is not None else spec
+
+
+def _in_region(zone: str, region: str) -> bool:
+    """us-east-1a and us-east-1-bos-1a are us-east-1's; us-central1-a is us-central1's."""
+    return zone.startswith(f"{region}-") or zone[:-1] == region
+
+
+def _gcp_path(name: str, prefix: str) -> str:
+    """A GCE resource as the API takes it: a bare name under `prefix`, else as written (a
+    partial path or a full URL, e.g. another project's shared VPC)."""
+    return name if not name or "/" in name else prefix + name
 
 
 def pool_specs(

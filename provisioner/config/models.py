@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Literal
 
@@ -122,10 +123,18 @@ class PoolPolicy(Strict):
     image: str = ""
     # Expected busy fraction of max size, for the $/month estimate in IaC reviews.
     expected_utilization: Decimal | None = Field(default=None, ge=0, le=1)
-    # AWS placement: the subnets the group launches into (else the region's default VPC) and
-    # the security groups of its instances (else the VPC's default group).
+    # Placement. `zones`: where the group may place VMs (AWS: its availability zones when no
+    # subnets are named; GCP: its distribution zones; else the group's own choice). AWS: the
+    # subnets the group launches into (else the region's default VPC) and the security groups
+    # of its instances (else the VPC's default group). GCP: the VPC network and regional
+    # subnetwork (else `default`) and the network tags firewall rules match.
+    zones: list[str] = Field(default_factory=list)
     subnets: list[str] = Field(default_factory=list)
     security_groups: list[str] = Field(default_factory=list)
+    network: str = ""
+    subnetwork: str = ""
+    network_tags: list[str] = Field(default_factory=list)
+    root_disk_gb: int = Field(default=200, ge=10, le=65_536)  # the boot volume's size
     # The VM's own identity, which reads the pool's secrets (the munge key): an IAM instance
     # profile (AWS, name or ARN) or a service account e-mail (GCP). Nothing secret is in
     # user-data, which anyone who may describe the instance can read.
@@ -140,7 +149,32 @@ class PoolPolicy(Strict):
             raise InvalidArgument(f"instance_profile is AWS's; pool {self.name} is {self.cloud}")
         if self.service_account and self.cloud != "gcp":
             raise InvalidArgument(f"service_account is GCP's; pool {self.name} is {self.cloud}")
+        self._check_placement()
         return self
+
+    def _check_placement(self) -> None:
+        mine = {
+            "aws": ("subnets", "security_groups"),
+            "gcp": ("network", "subnetwork", "network_tags"),
+        }
+        for cloud, fields in mine.items():
+            for f in fields:
+                if getattr(self, f) and self.cloud != cloud:
+                    raise InvalidArgument(
+                        f"{f} is {cloud.upper()}'s; pool {self.name} is {self.cloud}"
+                    )
+        for z in self.zones:
+            if not any(z.startswith(f"{r}-") or z[:-1] == r for r in self.regions):
+                raise InvalidArgument(
+                    f"zone {z!r} of pool {self.name} is in none of its regions "
+                    f"({', '.join(self.regions)})"
+                )
+        for t in self.network_tags:
+            if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", t):
+                raise InvalidArgument(
+                    f"network tag {t!r} of pool {self.name}: GCE tags are 1-63 of [a-z0-9-], "
+                    "starting with a letter"
+                )
 
 
 class TeamBudget(Strict):

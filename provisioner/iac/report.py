@@ -107,6 +107,16 @@ def _pool_table(pools: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _placement(where: Mapping[str, Any]) -> str:
+    """zones, subnets, … as one line (lists joined), the cloud's defaults left unsaid."""
+    parts = []
+    for key, value in where.items():
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        label = key.replace("_", " ")
+        parts.append(f"{label} {shown} GB" if key == "root_disk_gb" else f"{label} `{shown}`")
+    return "; ".join(p.replace("root disk gb", "root disk") for p in parts)
+
+
 def _pool_details(p: Mapping[str, Any]) -> list[str]:
     out = [f"<details><summary><b>{p['name']}</b>: {p['status']}</summary>", ""]
     if p["policy_changes"]:
@@ -114,6 +124,8 @@ def _pool_details(p: Mapping[str, Any]) -> list[str]:
         out.append("")
     groups = p["node_groups"]
     out.append(f"Node groups: {groups['base']} → {groups['head']}.")
+    if p.get("placement"):
+        out.append("Placement: " + _placement(p["placement"]) + ".")
     head = p["cost"]["head"]
     if head and head["expected_usd_month"] is not None:
         out.append(

@@ -65,6 +65,7 @@ class PoolReview:
     cost_base: PoolCost | None = None
     cost_head: PoolCost | None = None
     violations: list[Violation] = field(default_factory=list)
+    placement: dict[str, Any] = field(default_factory=dict)  # where the head puts its VMs
 
     @property
     def expected_usd_month_delta(self) -> Decimal:
@@ -92,6 +93,7 @@ class PoolReview:
                 "max_usd_hr_delta": str(self.max_usd_hr_delta),
             },
             "violations": [v.to_dict() for v in self.violations],
+            "placement": self.placement,
         }
 
 
@@ -275,6 +277,26 @@ def _render_side(
     return _Side(source, specs, resources, loaded[0], loaded[1])
 
 
+PLACEMENT_FIELDS = (
+    "zones",
+    "subnets",
+    "security_groups",
+    "network",
+    "subnetwork",
+    "network_tags",
+    "root_disk_gb",
+    "instance_profile",
+    "service_account",
+)
+
+
+def placement_of(pool: PoolPolicy) -> dict[str, Any]:
+    """Where a pool's VMs go and what they run as, the fields it sets (the rest: the cloud's
+    defaults); the root disk always."""
+    got = pool.model_dump(mode="json", include=set(PLACEMENT_FIELDS))
+    return {k: got[k] for k in PLACEMENT_FIELDS if got[k] or k == "root_disk_gb"}
+
+
 def _pool_review(
     name: str,
     base: PoolPolicy | None,
@@ -301,6 +323,7 @@ def _pool_review(
     some = head or base
     assert some is not None
     return PoolReview(
+        placement=placement_of(some),
         name=name,
         cloud=some.cloud,
         status=status,

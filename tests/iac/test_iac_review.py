@@ -66,6 +66,34 @@ def test_pool_added(tmp_path, catalog):
     assert "+$703.73" in md
 
 
+def test_a_placement_change_is_shown_where_the_vms_go(tmp_path, catalog):
+    placed = pool(
+        GCP_POOL,
+        zones=["us-central1-b"],
+        subnetwork="burst-subnet",
+        network_tags=["slurm-node"],
+        root_disk_gb=300,
+    )
+    data = review_dirs(tmp_path, [GCP_POOL], [placed], catalog).to_dict()
+    gcp = pool_of(data, "gcp-a100")
+    assert gcp["status"] == "changed"
+    changed = {c["path"] for c in gcp["policy_changes"]}
+    assert {"zones", "subnetwork", "network_tags", "root_disk_gb"} <= changed, changed
+    assert gcp["placement"] == {
+        "zones": ["us-central1-b"],
+        "subnetwork": "burst-subnet",
+        "network_tags": ["slurm-node"],
+        "root_disk_gb": 300,
+    }
+    # a new node shape: each group's template is replaced
+    assert {r["type"] for r in gcp["resources"]} >= {TPL}
+    md = to_markdown(data)
+    assert (
+        "Placement: zones `us-central1-b`; subnetwork `burst-subnet`; network tags "
+        "`slurm-node`; root disk 300 GB." in md
+    ), md
+
+
 def test_pool_resized_changes_asg_max_size(tmp_path, catalog):
     review = review_dirs(
         tmp_path,
