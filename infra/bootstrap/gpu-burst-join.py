@@ -17,7 +17,10 @@ first boot. Standard library only (Python 3.9 to 3.13): it runs on the image's o
    the image.
 4. Starts munged, then slurmd in configless mode as that node: `slurmd -N <node> --conf-server`.
 5. Where node.json names the controller's API, starts the spot watcher (gpu-burst-watch) as
-   a systemd unit that restarts it if it dies.
+   a systemd unit that restarts it if it dies, and asks the controller for the GPU agent's
+   token with a MUNGE credential (POST /v1/nodes/<node>/agent-token): the token is bound to
+   this node, ends with this instance, and is written to /etc/gpu-burst/agent.token (0600),
+   never carried in user-data.
 
 What it learnt is written to /run/gpu-burst/joined.json. Exit status 0 once slurmd was started.
 """
@@ -41,6 +44,7 @@ CONFIG = "/etc/gpu-burst/node.json"
 METADATA = os.environ.get("GPU_BURST_METADATA", "http://169.254.169.254")
 MUNGE_KEY = "/etc/munge/munge.key"
 STATE = "/run/gpu-burst/joined.json"
+AGENT_TOKEN = "/etc/gpu-burst/agent.token"
 # Debian's slurmd unit starts only with /etc/slurm/slurm.conf in place
 # (ConditionPathExists); in configless mode the config comes from slurmctld instead.
 SLURMD_DROPIN = "/etc/systemd/system/slurmd.service.d/gpu-burst-configless.conf"
@@ -98,6 +102,10 @@ class Gcp:
 
     def node(self, key: str) -> str | None:
         return get(f"/computeMetadata/v1/instance/attributes/{key}", self.headers)
+
+    def name(self) -> str | None:
+        """The instance's name: what the controller knows a GCE VM by."""
+        return get("/computeMetadata/v1/instance/name", self.headers)
 
     def token(self) -> str:
         """An OAuth access token for the service account this VM runs as."""
@@ -253,6 +261,37 @@ def install_munge_key(cfg: dict, meta: Aws | Gcp) -> None:  # type: ignore[type-
     write_munge_key(key, "the munge key command")
 
 
+def fetch_agent_token(api: str, node: str, ident: str, deadline_s: float, poll_s: float) -> bool:
+    """The GPU agent's token from the controller, for this node's own MUNGE proof; False when
+    none came by the deadline (the node serves jobs all the same). The controller checks the
+    request came from the node's NodeAddr, which it may set a pass after naming the node."""
+    payload = json.dumps({"node": node, "instance_id": ident, "purpose": "agent-token"})
+    url = f"{api.rstrip('/')}/v1/nodes/{node}/agent-token"
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            cred = subprocess.run(
+                ["munge", "-s", payload], capture_output=True, check=True, text=True
+            ).stdout.strip()
+            body = json.dumps({"credential": cred}).encode()
+            req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                token = str(json.load(resp)["token"])
+            fd = os.open(AGENT_TOKEN + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(token + "\n")
+            os.replace(AGENT_TOKEN + ".new", AGENT_TOKEN)
+            log(f"agent token in place ({AGENT_TOKEN})")
+            return True
+        except urllib.error.HTTPError as exc:
+            log(f"agent token refused: {exc.code} {exc.read().decode(errors='replace')[:300]}")
+        except (OSError, subprocess.CalledProcessError, ValueError, KeyError) as exc:
+            log(f"agent token: {exc}")
+        if time.monotonic() >= end:
+            return False
+        time.sleep(poll_s)
+
+
 def connect(cloud: str, deadline_s: float, poll_s: float) -> Aws | Gcp:
     """The metadata service, once it answers (it may come up after this program starts)."""
     end = time.monotonic() + deadline_s
@@ -293,6 +332,9 @@ def main() -> int:
         watch = ["/usr/bin/python3", "/usr/local/sbin/gpu-burst-watch"]
         unit = ["--unit=gpu-burst-watch", "--property=Restart=always", "--property=RestartSec=2"]
         subprocess.run(["systemd-run", *unit, *watch], check=True)
+        # the controller knows a GCE VM by its name, an EC2 one by its instance id
+        ident = (meta.name() if isinstance(meta, Gcp) else None) or instance_id or ""
+        fetch_agent_token(cfg["controller_api"], node, ident, min(deadline, 120.0), poll)
     return 0
 
 

@@ -28,6 +28,7 @@ from provisioner.api.routes.decisions import decisions_router
 from provisioner.api.routes.gpus import gpus_router
 from provisioner.api.routes.instances import instances_router
 from provisioner.api.routes.meta import meta_router
+from provisioner.api.routes.node_agent_token import node_agent_token_router
 from provisioner.api.routes.node_warnings import node_warnings_router
 from provisioner.api.routes.operator import operator_router
 from provisioner.api.routes.pools import pools_router
@@ -120,6 +121,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
         tokens_router(),
         gpus_router(),
         node_warnings_router(),
+        node_agent_token_router(),
     ):
         app.include_router(router, prefix=prefix)
     # IaC reviews (provisioner/iac): GET /v1/iac/review, viewer role. Imported here, not at the

@@ -55,6 +55,7 @@ from provisioner.plan.rank_cache import RankCache
 from provisioner.ports.store import FencedOut
 from provisioner.reconcile.accounting_step import AccountingStep
 from provisioner.reconcile.actuation import PassActuation
+from provisioner.reconcile.agent_tokens import revoke_ended
 from provisioner.reconcile.context import (
     STEP_DRAIN_AFTER_SLURM,
     STEP_SCALE_UP_AFTER_CLOUD,
@@ -257,6 +258,7 @@ class Reconciler:
         if not view.stale:
             self.actuation.act(plan, view, listed, now, report)
         report.errors.extend(self.nodes.sync(now))
+        revoke_ended(self.store, now)  # agent tokens end with their instances
         self.accounting.run(view, now, report, self.listings.gone_since)
         self.runtimes.learn(self.accounting.closed, now)
         self._keep_clocks(now)

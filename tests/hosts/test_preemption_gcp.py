@@ -26,7 +26,12 @@ from provisioner.testing.fake_gce import FakeGCE
 from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
 from tests.hosts.join_world import Driver, S, make_controller
 from tests.hosts.test_join_gcp import IMAGE, POOL, PROJECT
-from tests.hosts.test_spot_warning_aws import free_port, ready_vm_running, submit_checkpointing_job
+from tests.hosts.test_spot_warning_aws import (
+    free_port,
+    ready_vm_running,
+    submit_checkpointing_job,
+    telemetry,
+)
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.gcp, pytest.mark.slurm, pytest.mark.e2e]
 
@@ -77,6 +82,11 @@ def test_a_preempted_gce_vm_has_its_job_requeued_after_a_checkpoint_and_is_delet
         first_id = fake.instances[(zone, name)]["id"]
         host = vms.running[str(first_id)]  # the hypervisor knows a GCE VM by its numeric id
         host.wait_for(f"started-{jid}", 60)  # the script itself runs on the VM
+        # the GPU agent's token, asked for under the VM's name (what the controller knows a
+        # GCE VM by), speaks for its node
+        token = host.wait_inside("/etc/gpu-burst/agent.token", 120).strip()
+        node = c.store.instance(name).instance.node_name
+        assert telemetry(f"http://{hosts.HOST_ADDRESS}:{port}", token, node) == 202
         preempted = time.time()  # the fake's clock is the wall clock; the Driver sets the
         fake.preempt(zone, name)  # controller's to it each pass. The VM stops 30 s from now.
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import time
+import urllib.error
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -106,6 +108,13 @@ def test_a_spot_notice_on_the_vm_requeues_its_job_after_a_checkpoint_and_ends_th
         iid = drive.until("the job running on a burst VM", lambda: ready_vm_running(c, jid), 300)
         host = vms.running[iid]
         host.wait_for(f"started-{jid}", 60)  # the script itself runs on the VM (not configuring)
+        # the join program got the GPU agent's token for its node's own MUNGE proof: it
+        # speaks for that node, and for no other
+        token = host.wait_inside("/etc/gpu-burst/agent.token", 120).strip()
+        node = c.store.instance(iid).instance.node_name
+        api_url = f"http://{hosts.HOST_ADDRESS}:{port}"
+        assert telemetry(api_url, token, node) == 202
+        assert telemetry(api_url, token, "cloud-aws-2" if node != "cloud-aws-2" else "x") == 403
         ip = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0][
             "PrivateIpAddress"
         ]
@@ -136,10 +145,32 @@ def test_a_spot_notice_on_the_vm_requeues_its_job_after_a_checkpoint_and_ends_th
         assert "Restarts=1" in show, show  # requeued once, not lost
         state = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]
         assert state["State"]["Name"] in ("shutting-down", "terminated")
+
+        def closed() -> bool:
+            rec = c.store.instance(iid)
+            return rec is not None and rec.instance.state.terminal
+
+        drive.until("the instance's record to close", closed, 120)
+        assert telemetry(api_url, token, node) == 401  # the token ended with its instance
     finally:
         vms.close()
         api.stop()
         c.store.close()
+
+
+def telemetry(api: str, token: str, node: str) -> int:
+    """The status `POST /v1/telemetry` answers a one-GPU sample for `node` sent with `token`."""
+    body = {"node": node, "sampled_ts": time.time(), "gpus": [{"index": 0, "util_pct": 50.0}]}
+    req = urllib.request.Request(
+        f"{api}/v1/telemetry",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:  # the tests' /24 only
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
 
 
 def _warn(endpoint: str, iid: str) -> float:
