@@ -53,6 +53,18 @@ def host_root(suite: str) -> Path:
 SUITES = ("bookworm", "trixie")  # Debian 12 (Slurm 22.05, Python 3.11), 13 (24.11, 3.13)
 
 
+# A VM may take up to the join timeout (join_world.JOIN_TIMEOUT_S) to join on a loaded machine
+# and a test waits out several such steps: more than the suite's 300 s per test, so that the
+# test's own deadline (with its story of what happened) fires first.
+HOST_TEST_TIMEOUT_S = 900
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("testhosts") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(HOST_TEST_TIMEOUT_S))
+
+
 @pytest.fixture(params=SUITES)
 def suite(request: pytest.FixtureRequest) -> str:
     """Each test host test runs on both roots: the Slurm versions burst VMs may run."""
