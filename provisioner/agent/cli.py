@@ -118,7 +118,6 @@ def _agent(
     count: int,
     slurm_jobs: bool,
 ) -> None:
-    from provisioner.agent.nvml_api import PynvmlBackend
     from provisioner.agent.sampler import NvmlSampler, NvmlUnavailable, ProcJobResolver
     from provisioner.clock import SystemClock
 
@@ -136,7 +135,7 @@ def _agent(
     hostname = d.hostname()
     node_name = node or hostname.split(".", 1)[0]
     clock = d.clock or SystemClock()
-    nvml = d.nvml_factory() if d.nvml_factory is not None else PynvmlBackend()
+    nvml = d.nvml_factory() if d.nvml_factory is not None else _nvml_backend(hostname)
     resolver = d.job_resolver if d.job_resolver is not None else ProcJobResolver()
     sampler = NvmlSampler(
         nvml,
@@ -160,6 +159,34 @@ def _agent(
         raise _fail(str(exc), EXIT_NVML_UNAVAILABLE) from None
     finally:
         sampler.close()
+
+
+# A host with no GPU (a demo, a test host standing in for a burst VM) may ask for idle fake
+# GPUs instead of NVML: the agent then reports N A100s at 0 % through the same sampler.
+FAKE_GPUS_ENV = "PROVISIONER_AGENT_FAKE_GPUS"
+
+
+def _nvml_backend(hostname: str) -> Nvml:
+    from provisioner.agent.nvml_api import PynvmlBackend
+
+    raw = os.environ.get(FAKE_GPUS_ENV, "").strip()
+    if not raw:
+        return PynvmlBackend()
+    if not raw.isdigit() or not 1 <= int(raw) <= 64:
+        raise _fail(f"{FAKE_GPUS_ENV}={raw!r}: expected a GPU count from 1 to 64", EXIT_BAD_INPUT)
+    from provisioner.agent.nvml_fake import FakeGpu, FakeNvml
+
+    log.warning("%s=%s: reporting fake idle GPUs, not NVML", FAKE_GPUS_ENV, raw)
+    return FakeNvml(
+        [
+            FakeGpu(
+                uuid=f"GPU-fake-{hostname}-{i}",
+                minor_number=i,
+                pci_bus_id=f"00000000:{7 + i:02X}:00.0",
+            )
+            for i in range(int(raw))
+        ]
+    )
 
 
 def _once(sampler: NvmlSampler, as_json: bool) -> None:
