@@ -138,7 +138,7 @@ fi
 SLURM_BIN_DIR=
 if [ "$SLURM_SERIES" = 24.11 ]; then
   INSTALL=$INSTALL bash "$HERE/slurm-root.sh" "$SLURM_ROOT" || die "no Slurm 24.11 root"
-  SLURM_ROOT=$(cd "$SLURM_ROOT" && pwd)
+  SLURM_ROOT=$(cd "$SLURM_ROOT" && pwd -P)  # as /proc/PID/root shows it (slurm-down.sh)
   echo "$SLURM_ROOT" >"$DIR/root"   # slurm-down.sh unmounts what is below it
   mnt() { # mnt <what> <where below ROOT> <mount args...>: mount once
     local at=$SLURM_ROOT$2; mkdir -p "$at"
