@@ -10,7 +10,7 @@ SLURM24_DIR ?= $(CURDIR)/.slurm-24.11
 SLURM24_PORT_BASE ?= 6917
 export SLURM_DIR SLURM24_DIR SLURM24_PORT_BASE
 
-.PHONY: test-host-roots test-hosts-clean failover venv focus-venv browser-deps run simulate test test-e2e test-unit test-browser test-ha lint typecheck bench chaos slurm-up slurm-down pg-up pg-down \
+.PHONY: agent-wheels test-host-roots test-hosts-clean failover venv focus-venv browser-deps run simulate test test-e2e test-unit test-browser test-ha lint typecheck bench chaos slurm-up slurm-down pg-up pg-down \
         localstack-up localstack-down iac-review clean
 
 venv: $(STAMP)
@@ -76,7 +76,7 @@ PG_URL = $$(cat $(PG_DIR)/url)
 LEFT_RUNNING = make test left running: Slurm 22.05 ($(SLURM_DIR:$(CURDIR)/%=%)), Slurm 24.11 \
     ($(SLURM24_DIR:$(CURDIR)/%=%)), PostgreSQL ($(PG_DIR:$(CURDIR)/%=%)); stop them with: \
     make slurm-down pg-down
-test: venv focus-venv browser-deps slurm-up pg-up test-host-roots
+test: venv focus-venv browser-deps slurm-up pg-up test-host-roots agent-wheels
 	@trap '{ set +x; } 2>/dev/null; echo "$(LEFT_RUNNING)"' EXIT; \
 	trap '{ set +x; } 2>/dev/null; exit 130' INT TERM; \
 	set -ex; \
@@ -91,6 +91,21 @@ TEST_HOST_ROOTS ?= $(CURDIR)/.slurm-roots
 test-host-roots:
 	bash scripts/test-host-root.sh "$(TEST_HOST_ROOTS)/host-bookworm" bookworm
 	bash scripts/test-host-root.sh "$(TEST_HOST_ROOTS)/host-trixie" trixie
+
+# The GPU agent as a burst VM installs it (node.agent_wheels): this checkout's wheel and the
+# agent's dependencies (provisioner/act/userdata.py AGENT_REQUIREMENTS), for the Pythons of
+# the test hosts' images (Debian 12: 3.11, Debian 13: 3.13). The tests serve the folder on
+# their /24; a site puts the same in its artifact store.
+AGENT_WHEELS ?= $(CURDIR)/.wheelhouse/agent
+agent-wheels: venv
+	rm -rf "$(AGENT_WHEELS)" && mkdir -p "$(AGENT_WHEELS)"
+	$(BIN)/pip wheel -q --no-deps -w "$(AGENT_WHEELS)" .
+	reqs=$$($(BIN)/python -c 'from provisioner.act.userdata import AGENT_REQUIREMENTS as r; print(" ".join(r))') && \
+	for v in 3.11 3.13; do \
+	    $(BIN)/pip download -q -d "$(AGENT_WHEELS)" --only-binary=:all: --python-version $$v \
+	        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 $$reqs \
+	        >"$(AGENT_WHEELS).log" 2>&1 || { cat "$(AGENT_WHEELS).log"; exit 1; }; \
+	done
 
 # Removes every test host, namespace and link a killed test run left (names start with gbt).
 # Every test host, namespace and link the tests left, and the test hosts' Slurm clusters.

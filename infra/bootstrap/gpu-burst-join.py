@@ -21,6 +21,11 @@ first boot. Standard library only (Python 3.9 to 3.13): it runs on the image's o
    token with a MUNGE credential (POST /v1/nodes/<node>/agent-token): the token is bound to
    this node, ends with this instance, and is written to /etc/gpu-burst/agent.token (0600),
    never carried in user-data.
+6. Where node.json names where the GPU agent's wheels are, installs the agent in a venv of its
+   own (/opt/gpu-burst-agent: this project's wheel without the controller's dependencies, then
+   the agent's) and runs it as a systemd unit, as this node, pushing to the controller's API
+   with that token. /etc/default/gpu-burst-agent, where the image has one, adds to its
+   environment.
 
 What it learnt is written to /run/gpu-burst/joined.json. Exit status 0 once slurmd was started.
 """
@@ -45,6 +50,8 @@ METADATA = os.environ.get("GPU_BURST_METADATA", "http://169.254.169.254")
 MUNGE_KEY = "/etc/munge/munge.key"
 STATE = "/run/gpu-burst/joined.json"
 AGENT_TOKEN = "/etc/gpu-burst/agent.token"
+AGENT_ENV = "/etc/gpu-burst/agent.env"
+AGENT_VENV = "/opt/gpu-burst-agent"
 # Debian's slurmd unit starts only with /etc/slurm/slurm.conf in place
 # (ConditionPathExists); in configless mode the config comes from slurmctld instead.
 SLURMD_DROPIN = "/etc/systemd/system/slurmd.service.d/gpu-burst-configless.conf"
@@ -261,8 +268,41 @@ def install_munge_key(cfg: dict, meta: Aws | Gcp) -> None:  # type: ignore[type-
     write_munge_key(key, "the munge key command")
 
 
-def fetch_agent_token(api: str, node: str, ident: str, deadline_s: float, poll_s: float) -> bool:
-    """The GPU agent's token from the controller, for this node's own MUNGE proof; False when
+def write_private(path: str, text: str) -> None:
+    """`text` at `path`, readable by root only, never half-written."""
+    fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(path + ".new", path)
+
+
+def start_agent(agent: dict, api: str, node: str, token: str) -> bool:  # type: ignore[type-arg]
+    """Install the GPU agent from the wheels node.json names and run it as this node; False
+    (logged) when it could not be installed: the node serves jobs all the same."""
+    pip = [f"{AGENT_VENV}/bin/python", "-m", "pip", "install", "--quiet", "--no-index"]
+    pip += ["--disable-pip-version-check", "--find-links", agent["wheels"]]
+    try:
+        venv = ["/usr/bin/python3", "-m", "venv", AGENT_VENV]
+        subprocess.run(venv, check=True, capture_output=True)
+        subprocess.run([*pip, "--no-deps", agent["package"]], check=True, capture_output=True)
+        subprocess.run([*pip, *agent["requirements"]], check=True, capture_output=True)
+    except subprocess.CalledProcessError as exc:
+        said = (exc.stderr or b"").decode(errors="replace")[-500:]
+        log(f"agent not installed: {' '.join(map(str, exc.cmd))[:200]}: {said}")
+        return False
+    write_private(AGENT_ENV, f"PROVISIONER_AGENT_TOKEN={token}\n")
+    unit = ["--unit=gpu-burst-agent", "--property=Restart=always", "--property=RestartSec=5"]
+    unit += [f"--property=EnvironmentFile={AGENT_ENV}"]
+    unit += ["--property=EnvironmentFile=-/etc/default/gpu-burst-agent"]
+    run = [f"{AGENT_VENV}/bin/python", "-m", "provisioner.agent.cli", "--controller", api]
+    run += ["--node", node, "--listen", "off", "--interval", str(agent.get("interval_s", 15))]
+    subprocess.run(["systemd-run", *unit, *run], check=True)
+    log(f"agent started as node {node}")
+    return True
+
+
+def fetch_agent_token(api: str, node: str, ident: str, deadline_s: float, poll_s: float) -> str:
+    """The GPU agent's token from the controller, for this node's own MUNGE proof; "" when
     none came by the deadline (the node serves jobs all the same). The controller checks the
     request came from the node's NodeAddr, which it may set a pass after naming the node."""
     payload = json.dumps({"node": node, "instance_id": ident, "purpose": "agent-token"})
@@ -277,18 +317,15 @@ def fetch_agent_token(api: str, node: str, ident: str, deadline_s: float, poll_s
             req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=10) as resp:
                 token = str(json.load(resp)["token"])
-            fd = os.open(AGENT_TOKEN + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(token + "\n")
-            os.replace(AGENT_TOKEN + ".new", AGENT_TOKEN)
+            write_private(AGENT_TOKEN, token + "\n")
             log(f"agent token in place ({AGENT_TOKEN})")
-            return True
+            return token
         except urllib.error.HTTPError as exc:
             log(f"agent token refused: {exc.code} {exc.read().decode(errors='replace')[:300]}")
         except (OSError, subprocess.CalledProcessError, ValueError, KeyError) as exc:
             log(f"agent token: {exc}")
         if time.monotonic() >= end:
-            return False
+            return ""
         time.sleep(poll_s)
 
 
@@ -334,7 +371,10 @@ def main() -> int:
         subprocess.run(["systemd-run", *unit, *watch], check=True)
         # the controller knows a GCE VM by its name, an EC2 one by its instance id
         ident = (meta.name() if isinstance(meta, Gcp) else None) or instance_id or ""
-        fetch_agent_token(cfg["controller_api"], node, ident, min(deadline, 120.0), poll)
+        api = cfg["controller_api"]
+        token = fetch_agent_token(api, node, ident, min(deadline, 120.0), poll)
+        if token and cfg.get("agent"):
+            start_agent(cfg["agent"], api, node, token)
     return 0
 
 

@@ -34,6 +34,11 @@ WATCH_PROGRAM = "/usr/local/sbin/gpu-burst-watch"
 # UserGuide/user-data.html. GCE's limit on a metadata value (256 KB) is far above it.
 MAX_USER_DATA_BYTES = 16 * 1024
 SECRET_MANAGER = "https://secretmanager.googleapis.com"
+# What the GPU agent (provisioner.agent) imports beyond the standard library: the VM installs
+# these, not the controller's dependencies (`make agent-wheels` collects them; a test holds
+# them to pyproject.toml).
+AGENT_PACKAGE = "gpu-burst-provisioner"
+AGENT_REQUIREMENTS = ("typer>=0.12", "httpx>=0.27", "tenacity>=8.2")
 
 
 def default_template_path() -> Path:
@@ -52,6 +57,8 @@ class NodeBootstrap:
     secretmanager_endpoint: str = ""  # "" = Google's public Secret Manager endpoint
     join_deadline_s: int = 600  # how long the VM waits to be named before it gives up
     controller_api: str = ""  # where the spot watcher reports; "" runs none
+    agent_wheels: str = ""  # where the VM installs the GPU agent from; "" installs none
+    agent_interval_s: float = 15.0
     template_path: Path | None = None
 
 
@@ -67,6 +74,8 @@ def bootstrap_from(node: NodeBootstrapPolicy, template_path: Path | None = None)
         secretmanager_endpoint=node.secretmanager_endpoint,
         join_deadline_s=node.join_deadline_s,
         controller_api=node.controller_api,
+        agent_wheels=node.agent_wheels,
+        agent_interval_s=node.agent_interval_s,
         template_path=template_path,
     )
 
@@ -112,6 +121,20 @@ def node_settings(spec: PoolSpec, boot: NodeBootstrap) -> dict[str, Any]:
         "group": spec.group_name,
         "decision": spec.decision_id,
         "controller_api": boot.controller_api,
+        "agent": agent_install(boot),
+    }
+
+
+def agent_install(boot: NodeBootstrap) -> dict[str, Any]:
+    """How the VM installs and runs the GPU agent ({} for none): this project's wheel without
+    its dependencies (the controller's), then the agent's own, all from `agent_wheels`."""
+    if not boot.agent_wheels or not boot.controller_api:
+        return {}
+    return {
+        "wheels": boot.agent_wheels,
+        "package": AGENT_PACKAGE,
+        "requirements": list(AGENT_REQUIREMENTS),
+        "interval_s": boot.agent_interval_s,
     }
 
 

@@ -298,6 +298,12 @@ class NodeBootstrap(Strict):
     # The controller's API as burst nodes reach it (http://host:port). The node's spot watcher
     # reports its cloud's warnings there; "" runs no watcher.
     controller_api: str = Field(default="", pattern=r"^(|https?://[^\s/]+(/[^\s]*)?)$")
+    # Where burst VMs install the GPU agent from: a folder of wheels pip may --find-links in
+    # (the site's artifact store, a bucket), holding this project's wheel and the agent's
+    # dependencies for the image's Python (`make agent-wheels` builds one). "" installs no
+    # agent. The agent pushes to `controller_api` with the token the node asks for there.
+    agent_wheels: str = Field(default="", pattern=r"^(|https?://\S+|file:///\S+)$")
+    agent_interval_s: float = Field(default=15.0, ge=1, le=3600)  # between its samples
 
 
 class Policy(Strict):
@@ -322,6 +328,15 @@ class Policy(Strict):
                 raise InvalidArgument(f"pool name {p.name!r} is declared twice")
             seen.add(p.name)
         return pools
+
+    @model_validator(mode="after")
+    def _agent_reaches_the_controller(self) -> Policy:
+        if self.node.agent_wheels and not self.node.controller_api:
+            raise InvalidArgument(
+                "node.controller_api: burst VMs install the GPU agent (node.agent_wheels), "
+                "which pushes there and gets its token there; set where they reach the API"
+            )
+        return self
 
     @model_validator(mode="after")
     def _secret_readers(self) -> Policy:

@@ -490,6 +490,32 @@ def test_a_gce_vm_is_told_which_secret_holds_its_munge_key_never_the_key() -> No
         node_settings(replace(gcp_spec(), project=""), boot)  # a bare id and no project
 
 
+def test_a_vm_is_told_where_to_install_the_gpu_agent_from_never_given_its_token() -> None:
+    import json
+
+    from provisioner.act.userdata import AGENT_REQUIREMENTS, node_settings
+
+    api, wheels = "http://10.0.0.2:8000", "https://artifacts.example.org/gpu-burst/"
+    boot = NodeBootstrap(controller_host="h", controller_api=api, agent_wheels=wheels)
+    agent = node_settings(aws_spec(), boot)["agent"]
+    assert agent == {
+        "wheels": wheels,
+        "package": "gpu-burst-provisioner",
+        "requirements": list(AGENT_REQUIREMENTS),
+        "interval_s": 15.0,
+    }
+    assert "token" not in json.dumps(node_settings(aws_spec(), boot)).lower()
+    # no wheels, or no API to push to and get a token from: no agent
+    assert (
+        node_settings(gcp_spec(), NodeBootstrap(controller_host="h", controller_api=api))["agent"]
+        == {}
+    )
+    assert (
+        node_settings(aws_spec(), NodeBootstrap(controller_host="h", agent_wheels=wheels))["agent"]
+        == {}
+    )
+
+
 def test_a_user_data_cloud_init_would_refuse_is_refused_naming_the_field(tmp_path: Path) -> None:
     from provisioner.act.userdata import check_user_data
     from provisioner.domain.errors import InvalidArgument

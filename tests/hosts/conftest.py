@@ -7,9 +7,12 @@ fails these tests there instead of skipping them. Elsewhere they skip, naming wh
 
 from __future__ import annotations
 
+import functools
+import http.server
 import os
 import re
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,3 +238,29 @@ def moto_on_test_net(test_network: str, monkeypatch: pytest.MonkeyPatch) -> Iter
         yield server.endpoint
     finally:
         server.stop()
+
+
+AGENT_WHEELS = REPO / ".wheelhouse" / "agent"
+
+
+@pytest.fixture
+def agent_wheels(test_network: str) -> Iterator[str]:
+    """The GPU agent's wheels (`make agent-wheels`: this checkout's wheel and the agent's
+    dependencies) served on the tests' /24, as a site's artifact store would serve them: the
+    URL a pool's VMs install the agent from (there is no internet on the test network)."""
+    if not any(AGENT_WHEELS.glob("gpu_burst_provisioner-*.whl")):
+        pytest.fail(f"no agent wheels in {AGENT_WHEELS}: run make agent-wheels (make test does)")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(AGENT_WHEELS))
+    server = http.server.ThreadingHTTPServer((hosts.HOST_ADDRESS, 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{hosts.HOST_ADDRESS}:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()

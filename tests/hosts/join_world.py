@@ -85,6 +85,7 @@ def make_controller(
     aws_keys: tuple[str, str] = MOTO_KEYS,
     munge_socket: str = "",
     join_timeout_s: float = JOIN_TIMEOUT_S,
+    guardrails: dict[str, Any] | None = None,
 ) -> Controller:
     """The demo Slurm policy's controller, its VMs joining `cluster` by address. AWS: moto at
     `endpoint`, instances in `subnet`. `pools`/`images` replace the policy's; `gcp`: the GCE
@@ -102,8 +103,10 @@ def make_controller(
     )
     chosen = pools if pools is not None else base.pools
     chosen = [p.model_copy(update={"subnets": [subnet]}) if subnet else p for p in chosen]
-    guardrails = base.guardrails.model_copy(update={"join_timeout_s": join_timeout_s})
-    policy = base.model_copy(update={"node": node, "pools": chosen, "guardrails": guardrails})
+    rails = base.guardrails.model_copy(
+        update={"join_timeout_s": join_timeout_s, **(guardrails or {})}
+    )
+    policy = base.model_copy(update={"node": node, "pools": chosen, "guardrails": rails})
     gce_endpoint, project, credentials = gcp if gcp else (None, "", None)
     settings = load_settings(
         store_url=f"sqlite:///{tmp / 'controller.sqlite'}",

@@ -308,3 +308,52 @@ def test_serve_with_listen_answers_scrapes(clock):
     res = run(make_app(nvml, clock, wait=wait), "--listen", f"127.0.0.1:{holder['port']}")
     assert res.exit_code == 0, res.output
     assert 'DCGM_FI_DEV_GPU_UTIL{gpu="0"' in scraped[0]
+
+
+# --------------------------------------------------------------------------- no GPU here
+
+
+def test_a_host_without_a_gpu_may_ask_for_idle_fake_ones(clock):
+    """PROVISIONER_AGENT_FAKE_GPUS=N (a demo, a test host standing in for a burst VM): N idle
+    A100s through the same sampler, named after the host; NVML itself is never asked."""
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """Test app."""
+
+    register(app, AgentDeps(clock=clock, job_resolver=lambda pid: None, hostname=lambda: "ip-1"))
+    res = run(app, "--once", "--json", env={"PROVISIONER_AGENT_FAKE_GPUS": "3"})
+    assert res.exit_code == 0, res.output
+    payload = GpuTelemetry.model_validate_json(res.stdout[res.stdout.index("{") :])
+    assert [g.uuid for g in payload.gpus] == [f"GPU-fake-ip-1-{i}" for i in range(3)]
+    assert all(g.util_pct == 0 for g in payload.gpus) and payload.node == "ip-1"
+    for bad in ("0", "x", "65"):
+        res = run(app, "--once", env={"PROVISIONER_AGENT_FAKE_GPUS": bad})
+        assert res.exit_code == 2 and "PROVISIONER_AGENT_FAKE_GPUS" in res.output
+
+
+def test_the_agent_needs_no_more_than_a_burst_vm_installs():
+    """What a burst VM installs beside this project's wheel (userdata.AGENT_REQUIREMENTS) is
+    every third-party module the agent imports, each at pyproject.toml's floor."""
+    import ast
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    from provisioner.act.userdata import AGENT_REQUIREMENTS
+
+    root = Path(__file__).resolve().parents[2]
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert set(AGENT_REQUIREMENTS) <= set(deps), (AGENT_REQUIREMENTS, deps)
+    installed = {r.split(">=")[0].lower() for r in AGENT_REQUIREMENTS}
+    imported: set[str] = set()
+    for f in (root / "provisioner" / "agent").glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names) - {"provisioner", "__future__"}
+    # pynvml: NVML's own binding, on a GPU host only (the agent exits 3 without it)
+    assert third_party - {"pynvml"} <= installed, third_party

@@ -52,6 +52,11 @@ def test_shipped_policies_load() -> None:
             "node.node_address",
             "instance",
         ),
+        (
+            "node: {agent_wheels: 'ftp://x/'}",
+            "node.agent_wheels",
+            "pattern",
+        ),
     ],
 )
 def test_bad_policy_names_file_and_field(tmp_path: Path, text: str, field: str, words: str) -> None:
@@ -85,6 +90,19 @@ def test_a_pool_whose_vms_could_not_read_their_munge_key_is_refused(
     # with the identity it reads with, the same policy loads
     f.write_text(f"pools: [{pool}, regions: [x], gpu_model: A100, {identity}}}]\nnode: {node}\n")
     assert load_policy(f).pools
+
+
+def test_an_agent_with_no_api_to_push_to_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "burst.yaml"
+    f.write_text("node: {agent_wheels: 'https://artifacts.example.org/w/'}\n")
+    with pytest.raises(ConfigError) as err:
+        load_policy(f)
+    assert "node.controller_api" in err.value.message
+    f.write_text(
+        "node: {agent_wheels: 'https://artifacts.example.org/w/', "
+        "controller_api: 'http://10.0.0.2:8000'}\n"
+    )
+    assert load_policy(f).node.agent_wheels.startswith("https://")
 
 
 def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
