@@ -241,6 +241,26 @@ def budget_checks(policy: Policy) -> list[Check]:
     return [Check("budgets", "ok", f"{cap}, {len(b.teams)} team budget(s)")]
 
 
+def idle_release_check(policy: Policy) -> Check:
+    """With require_nvml_idle, an idle burst node goes only on its agent's word: VMs that run
+    no agent would be kept, and billed, until an operator ends them."""
+    clouds = [p.name for p in policy.pools if p.cloud in ("aws", "gcp")]
+    name = "burst nodes' idle release"
+    if not clouds or not policy.guardrails.require_nvml_idle:
+        return Check(name, "ok", "on Slurm's word (require_nvml_idle is off)")
+    if policy.node.agent_wheels:
+        where = policy.node.agent_wheels
+        return Check(name, "ok", f"on NVML's word: VMs install the agent from {where}")
+    return Check(
+        name,
+        "warn",
+        f"require_nvml_idle is on, but the VMs of {', '.join(clouds)} run no GPU agent: "
+        "their idle nodes would never be released",
+        "set node.agent_wheels (and node.controller_api) so burst VMs install the agent, "
+        "or set guardrails.require_nvml_idle: false",
+    )
+
+
 def store_check(url: str) -> Check:
     """The store reachable, and at which migration, read without writing anything: a SQLite
     file that does not exist yet is not created (`provisioner run` creates and migrates it), and
@@ -464,6 +484,7 @@ def run_doctor(
     checks += skew_checks(tracker, probes)
     checks += catalog_checks(policy, catalog)
     checks += budget_checks(policy)
+    checks.append(idle_release_check(policy))
     checks.append(store_check(settings.store_url))
     if check_port:
         checks.append(port_check(settings.api_host, settings.api_port))

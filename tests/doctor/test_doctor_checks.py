@@ -95,6 +95,20 @@ def test_budgets_name_teams_without_a_budget():
     assert c.verdict == "warn" and "'nlp'" in c.detail
 
 
+def test_idle_burst_nodes_that_no_agent_could_release_are_named():
+    from provisioner.config.models import Guardrails, NodeBootstrap
+    from provisioner.doctor import idle_release_check
+
+    pol = Policy(pools=[POOL], guardrails=Guardrails(require_nvml_idle=True))
+    c = idle_release_check(pol)
+    assert c.verdict == "warn" and POOL.name in c.detail and "never be released" in c.detail
+    assert "node.agent_wheels" in c.fix
+    node = NodeBootstrap(controller_api="http://10.0.0.2:8000", agent_wheels="https://a.example/w/")
+    assert idle_release_check(pol.model_copy(update={"node": node})).verdict == "ok"
+    off = pol.model_copy(update={"guardrails": Guardrails(require_nvml_idle=False)})
+    assert idle_release_check(off).verdict == "ok"
+
+
 def test_busy_api_port_fails_and_a_free_one_is_ok():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
