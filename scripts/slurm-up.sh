@@ -267,6 +267,7 @@ $SLURMD_PARAMS
 # cloud bursting (power saving)
 SlurmctldParameters=$CTLD_PARAMS
 PrivateData=cloud
+SrunPortRange=${SRUN_PORT_RANGE:-60001-63000}
 TreeWidth=65533
 CommunicationParameters=$COMM_PARAMS
 SuspendProgram=$DIR/bin/suspend.sh

@@ -120,6 +120,22 @@ def render_gres_conf(sets: Sequence[BurstNodeSet], *, device_prefix: str = "/dev
     return "\n".join(lines) + "\n"
 
 
+# srun listens on these ports of the host it runs on for its steps' I/O, which slurmstepd on
+# the (burst) nodes connects back to: a firewall between them must let exactly these through.
+SRUN_PORT_RANGE = (60001, 63000)
+
+
+def port_range(text: str) -> tuple[int, int]:
+    """'LOW-HIGH' as Slurm writes SrunPortRange; ValueError naming what is wrong."""
+    low, sep, high = text.partition("-")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+        raise InvalidArgument(f"port range {text!r}: expected LOW-HIGH, e.g. 60001-63000")
+    lo, hi = int(low), int(high)
+    if not 1024 < lo < hi <= 65535:
+        raise InvalidArgument(f"port range {text!r}: needs 1024 < LOW < HIGH <= 65535")
+    return lo, hi
+
+
 def render_power_save(
     *,
     hook_dir: str,
@@ -128,6 +144,7 @@ def render_power_save(
     resume_timeout_s: int = 600,
     exclude_partitions: Sequence[str] = ("onprem",),
     node_address: str = "instance",
+    srun_ports: tuple[int, int] = SRUN_PORT_RANGE,
 ) -> str:
     """The power-saving lines of slurm.conf for Slurm-driven mode. The hooks are the wrapper
     scripts `render_hook_script` writes (Slurm passes only the hostlist, so no extra args).
@@ -151,6 +168,7 @@ def render_power_save(
                 f"SuspendExcParts={','.join(exclude_partitions)}",
                 f"SlurmctldParameters={params}",
                 "PrivateData=cloud",
+                f"SrunPortRange={srun_ports[0]}-{srun_ports[1]}",
             ]
         )
         + "\n"

@@ -15,7 +15,7 @@ from provisioner.domain.jobs import JobState
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.observe.slurm.usage import UsageTracker
 from provisioner.register.power_queue import PowerAction
-from provisioner.register.slurm_conf import BurstNodeSet, render_node_lines
+from provisioner.register.slurm_conf import SRUN_PORT_RANGE, BurstNodeSet, render_node_lines
 
 pytestmark = pytest.mark.slurm
 
@@ -60,6 +60,15 @@ def test_harness_burst_nodes_match_the_generator(cluster: Cluster) -> None:
         port_base=port,
     )
     assert render_node_lines([spec]) == live
+
+
+def test_the_live_slurmctld_takes_the_generators_srun_port_range(cluster: Cluster) -> None:
+    """What the generator writes for srun's ports is what the real slurmctld runs with (its
+    own `scontrol show config`), on 22.05 and 24.11: the range firewalls must pass."""
+    shown = cluster.sh("scontrol", "show", "config")
+    (line,) = [ln for ln in shown.splitlines() if ln.startswith("SrunPortRange")]
+    lo, hi = SRUN_PORT_RANGE
+    assert line.split("=", 1)[1].strip() == f"{lo}-{hi}", line
 
 
 def test_slurm_driven_burst_runs_pending_job_on_cloud_then_powers_down(cluster: Cluster) -> None:

@@ -30,6 +30,7 @@ from provisioner.register.same_host_stand_in import SameHostCloudStandIn, SameHo
 from provisioner.register.slurm_conf import (
     BurstNodeSet,
     capacity_feature,
+    port_range,
     render_gres_conf,
     render_hook_script,
     render_power_save,
@@ -181,6 +182,14 @@ def test_conf_snippets() -> None:
     assert "SlurmctldParameters=enable_configless,idle_on_node_suspend,cloud_reg_addrs" in stand_in
     with pytest.raises(ValueError, match="node_address"):
         render_power_save(hook_dir="/h", node_address="dhcp")
+    # srun's ports, the ones a firewall between burst nodes and submit hosts must pass
+    assert "SrunPortRange=60001-63000\n" in ps
+    assert "SrunPortRange=61000-61999\n" in render_power_save(
+        hook_dir="/h", srun_ports=port_range("61000-61999")
+    )
+    for bad in ("61000", "6000-5000", "80-90", "60001-70000"):
+        with pytest.raises(ValueError, match="port range"):
+            port_range(bad)
     hook = render_hook_script("resume-fail", provisioner="/opt/p/bin/provisioner", state_dir="/s")
     assert 'exec /opt/p/bin/provisioner slurm resume-fail --state-dir /s "$1"' in hook
 
