@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from provisioner.act.ports import PoolSpec
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.errors import UnknownName
-from provisioner.domain.offers import CapacityType, Offer
+from provisioner.domain.offers import CapacityType, Offer, zone_in_region
 from provisioner.plan.fallbacks import pool_capacities
 from provisioner.plan.matching import OfferRequest, offer_fits
 
@@ -58,7 +58,7 @@ def spec_for_offer(
         decision_id=decision_id,
         workload=pool.workload,
         project=project if pool.cloud == "gcp" else "",
-        zones=tuple(z for z in pool.zones if _in_region(z, offer.region)),
+        zones=tuple(z for z in pool.zones if zone_in_region(z, offer.region)),
         subnets=tuple(pool.subnets),
         security_groups=tuple(pool.security_groups),
         network=_gcp_path(pool.network, "global/networks/") or "global/networks/default",
@@ -69,11 +69,6 @@ def spec_for_offer(
         service_account=pool.service_account,
     )
     return replace(spec, user_data=user_data(spec)) if user_data is not None else spec
-
-
-def _in_region(zone: str, region: str) -> bool:
-    """us-east-1a and us-east-1-bos-1a are us-east-1's; us-central1-a is us-central1's."""
-    return zone.startswith(f"{region}-") or zone[:-1] == region
 
 
 def _gcp_path(name: str, prefix: str) -> str:

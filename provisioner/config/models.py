@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from provisioner.domain.errors import InvalidArgument, UnknownName
+from provisioner.domain.offers import zone_in_region
 
 # The team of jobs submitted without a Slurm account (map "" in team_of_account to override).
 NO_ACCOUNT_TEAM = "no-account"
@@ -164,7 +165,7 @@ class PoolPolicy(Strict):
                         f"{f} is {cloud.upper()}'s; pool {self.name} is {self.cloud}"
                     )
         for z in self.zones:
-            if not any(z.startswith(f"{r}-") or z[:-1] == r for r in self.regions):
+            if not any(zone_in_region(z, r) for r in self.regions):
                 raise InvalidArgument(
                     f"zone {z!r} of pool {self.name} is in none of its regions "
                     f"({', '.join(self.regions)})"

@@ -59,3 +59,8 @@ class Offer:
     @property
     def whole_gpus(self) -> int:
         return int(self.gpus_per_node) if self.gpus_per_node >= 1 else 0
+
+
+def zone_in_region(zone: str, region: str) -> bool:
+    """us-east-1a and us-east-1-bos-1a are us-east-1's zones; us-central1-a is us-central1's."""
+    return zone.startswith(f"{region}-") or zone[:-1] == region
