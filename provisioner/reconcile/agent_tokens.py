@@ -15,13 +15,17 @@ class _Store(InstanceRepo, TokenRepo, Protocol): ...
 def revoke_ended(store: _Store, now_ts: float) -> list[str]:
     """Revoke every live agent token whose instance has ended (or that the store no longer
     knows); the instance ids whose tokens went."""
+    held = [
+        (t.token_id, iid)
+        for t in store.tokens()
+        if t.revoked_ts is None and t.node and (iid := instance_of_token(t.name))
+    ]
+    if not held:  # the usual pass: no burst node holds a token, nothing more to read
+        return []
+    live = {si.instance.instance_id for si in store.instances(live_only=True)}
     ended: list[str] = []
-    for t in store.tokens():
-        iid = instance_of_token(t.name) if t.revoked_ts is None and t.node else None
-        if iid is None:
-            continue
-        rec = store.instance(iid)
-        if rec is None or rec.instance.state.terminal:
-            store.revoke_token(t.token_id, now_ts)
+    for token_id, iid in held:
+        if iid not in live:
+            store.revoke_token(token_id, now_ts)
             ended.append(iid)
     return ended
