@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from api_helpers import make_env, seed
 
@@ -26,3 +28,13 @@ def fresh(db_url):
     yield e
     e.client.close()
     store.close()
+
+
+@pytest.fixture(scope="module")
+def munged() -> Iterator[str]:
+    """A private munged (its own key and socket): what a burst node's MUNGE credentials to the
+    API are made and decoded with."""
+    from provisioner.testing.munge_daemon import private_munged
+
+    with private_munged() as sock:
+        yield sock

@@ -39,12 +39,6 @@ class World:
     nodes: dict[str, str]  # node -> Slurm's NodeAddr for it
 
 
-@pytest.fixture(scope="module")
-def munged() -> Iterator[str]:
-    with private_munged() as sock:
-        yield sock
-
-
 @pytest.fixture
 def world(tmp_path: Path, munged: str) -> Iterator[World]:
     store = Store(f"sqlite:///{tmp_path / 'c.sqlite'}")

@@ -36,12 +36,6 @@ class World:
     woken: list[int]
 
 
-@pytest.fixture(scope="module")
-def munged() -> Iterator[str]:
-    with private_munged() as sock:
-        yield sock
-
-
 @pytest.fixture
 def world(tmp_path: Path, munged: str) -> Iterator[World]:
     store = Store(f"sqlite:///{tmp_path / 'c.sqlite'}")
