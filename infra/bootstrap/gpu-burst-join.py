@@ -195,13 +195,18 @@ def ssm_parameter(endpoint: str, region: str, name: str, creds: dict[str, str]) 
         body,
     )
     req = urllib.request.Request(endpoint + "/", data=body, headers=headers, method="POST")
+    value = secret_answer(req, f"SSM GetParameter {name}")["Parameter"]["Value"]
+    return base64.b64decode(value)
+
+
+def secret_answer(req: urllib.request.Request, what: str) -> dict:  # type: ignore[type-arg]
+    """A secret store's JSON answer; a refusal ends the join with the store's own words."""
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
-            value = json.load(resp)["Parameter"]["Value"]
+            return dict(json.load(resp))
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:300]
-        raise SystemExit(f"gpu-burst-join: SSM GetParameter {name}: {exc.code} {detail}") from None
-    return base64.b64decode(value)
+        raise SystemExit(f"gpu-burst-join: {what}: {exc.code} {detail}") from None
 
 
 def gcp_secret(endpoint: str, name: str, token: str) -> bytes:
@@ -210,13 +215,7 @@ def gcp_secret(endpoint: str, name: str, token: str) -> bytes:
     req = urllib.request.Request(
         f"{endpoint}/v1/{name}:access", headers={"Authorization": f"Bearer {token}"}
     )
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            data = json.load(resp)["payload"]["data"]
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:300]
-        raise SystemExit(f"gpu-burst-join: Secret Manager {name}: {exc.code} {detail}") from None
-    return base64.b64decode(data)
+    return base64.b64decode(secret_answer(req, f"Secret Manager {name}")["payload"]["data"])
 
 
 def wait_for_node(meta: Aws | Gcp, key: str, deadline_s: float, poll_s: float) -> str:
