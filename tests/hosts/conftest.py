@@ -23,6 +23,7 @@ from provisioner.command_runner import SubprocessRunner
 from provisioner.domain.nodes import Node
 from provisioner.observe.slurm.parse import parse_scontrol_nodes
 from provisioner.testing import hosts
+from provisioner.testing.fake_gce import FakeGCE
 from provisioner.testing.moto_faults import FaultyMotoServer, use_test_credentials
 
 REPO = Path(__file__).resolve().parents[2]
@@ -264,3 +265,24 @@ def agent_wheels(test_network: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def gce_on_test_net(test_network: str) -> Iterator[FakeGCE]:
+    """The GCE fake bound to this machine's address on the tests' /24, its VMs given
+    addresses there."""
+    fake = FakeGCE(op_polls_until_done=1, host=test_network, subnet=hosts.SUBNET).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def gcp_cluster(test_network: str, suite: str, tmp_path: Path) -> Iterator[HostCluster]:
+    """A fresh cluster whose burst nodes are a GCP pool's (`cloud-gcp-<n>`)."""
+    cluster = start_host_cluster(suite, prefix="cloud-gcp", features="cloud,gcp,us-central1,spot")
+    try:
+        yield cluster
+    finally:
+        cluster.down(keep_log=tmp_path / "slurmctld.log")

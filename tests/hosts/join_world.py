@@ -178,6 +178,19 @@ class Driver:
             time.sleep(0.5)
 
 
+def job_state(c: Controller, job_id: str) -> JobState | None:
+    """The job's state in the controller's last snapshot (None: not there)."""
+    snap = c.reconciler.last_snapshot
+    j = next((j for j in snap.jobs if j.job_id == job_id), None) if snap else None
+    return j.state if j is not None else None
+
+
+def all_ended(c: Controller) -> bool:
+    """The store holds instances, and every one of them has ended."""
+    recs = [si.instance for si in c.store.instances()]
+    return bool(recs) and all(r.state.terminal for r in recs)
+
+
 def subnet_on_test_net(ec2: Any) -> str:
     """A VPC and subnet on the tests' /24: moto gives its instances addresses there."""
     vpc = ec2.create_vpc(CidrBlock=f"{hosts.SUBNET}.0/24")["Vpc"]["VpcId"]

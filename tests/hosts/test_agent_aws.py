@@ -30,6 +30,7 @@ from tests.hosts.join_world import (
     Driver,
     S,
     ec2_client,
+    job_state,
     make_controller,
     subnet_on_test_net,
 )
@@ -75,12 +76,7 @@ def test_the_vm_runs_the_agent_from_wheels_and_its_idle_gpus_let_the_node_go(
             "--chdir=/tmp", "-o", "/dev/null", "--wrap", "sleep 1",
         ).strip().split(";")[0]  # fmt: skip
 
-        def job_state() -> JobState | None:
-            snap = c.reconciler.last_snapshot
-            j = next((j for j in snap.jobs if j.job_id == job), None) if snap else None
-            return j.state if j is not None else None
-
-        drive.until("the job to complete", lambda: job_state() is JobState.COMPLETED, 300)
+        drive.until("the job to complete", lambda: job_state(c, job) is JobState.COMPLETED, 300)
         (iid,) = vms.booted
         node = c.store.instance(iid).instance.node_name
         hostname = vms.running[iid].spec.hostname

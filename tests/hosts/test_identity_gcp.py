@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +25,6 @@ pytestmark = [pytest.mark.testhosts, pytest.mark.gcp]
 
 CTL = "burst-ctl"
 PROJECT = "burst-proj"
-
-
-@pytest.fixture
-def gce_on_test_net(test_network: str) -> Iterator[FakeGCE]:
-    """The GCE fake bound to this machine's address on the tests' /24, its VMs given
-    addresses there."""
-    fake = FakeGCE(op_polls_until_done=1, host=test_network, subnet=hosts.SUBNET).start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
 
 
 def _spec(user_data: str = "") -> PoolSpec:

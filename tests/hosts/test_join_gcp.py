@@ -9,16 +9,14 @@ is the fake's instance whose networkIP is Slurm's NodeAddr for the job's node. O
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from provisioner.config.models import PoolPolicy
-from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms, gce_lister, gce_metadata_sidecar, host_files
 from provisioner.testing.fake_gce import FakeGCE
-from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
+from tests.hosts.conftest import HostCluster, host_root
 from tests.hosts.join_world import Driver, S, WhoamiJobs, make_controller
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.gcp, pytest.mark.slurm, pytest.mark.e2e]
@@ -44,24 +42,6 @@ req = u.Request("http://169.254.169.254/computeMetadata/v1/instance/id",
 print(u.urlopen(req).read().decode(), os.environ["SLURMD_NODENAME"])
 EOF
 """
-
-
-@pytest.fixture
-def gcp_cluster(test_network: str, suite: str, tmp_path: Path) -> Iterator[HostCluster]:
-    cluster = start_host_cluster(suite, prefix="cloud-gcp", features="cloud,gcp,us-central1,spot")
-    try:
-        yield cluster
-    finally:
-        cluster.down(keep_log=tmp_path / "slurmctld.log")
-
-
-@pytest.fixture
-def gce_on_test_net(test_network: str) -> Iterator[FakeGCE]:
-    fake = FakeGCE(op_polls_until_done=1, host=test_network, subnet=hosts.SUBNET).start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
 
 
 def test_two_gce_vms_join_as_their_own_nodes_run_jobs_and_leave(

@@ -20,7 +20,6 @@ import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,7 +29,15 @@ from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms, host_files, imds_sidecar, moto_lister
 from provisioner.testing.moto_faults import iam_enforcing_moto
 from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
-from tests.hosts.join_world import REGION, Driver, S, aws_client, make_controller
+from tests.hosts.join_world import (
+    REGION,
+    Driver,
+    S,
+    all_ended,
+    aws_client,
+    job_state,
+    make_controller,
+)
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.aws, pytest.mark.slurm, pytest.mark.e2e]
 
@@ -150,26 +157,16 @@ def test_the_vm_reads_its_munge_key_with_its_own_role_or_gets_no_node(
             "--chdir=/tmp", "-o", "/dev/null", "--wrap", "true",
         ).strip().split(";")[0]  # fmt: skip
 
-        def job_state() -> Any:
-            snap = c.reconciler.last_snapshot
-            j = next((j for j in snap.jobs if j.job_id == job), None) if snap else None
-            return j.state if j is not None else None
-
         if role == "may-read":
-            drive.until("the job to complete", lambda: job_state() is JobState.COMPLETED, 300)
+            drive.until("the job to complete", lambda: job_state(c, job) is JobState.COMPLETED, 300)
             (vm,) = vms.booted
             got = vms.running[vm].exec("sha256sum", "/etc/munge/munge.key").stdout.split()[0]
             import hashlib
 
             assert got == hashlib.sha256(key).hexdigest()
         else:
-
-            def ended() -> bool:
-                recs = [si.instance for si in c.store.instances()]
-                return bool(recs) and all(r.state.terminal for r in recs)
-
-            drive.until("the instance to end at its join timeout", ended, 180)
-            assert job_state() is not JobState.COMPLETED
+            drive.until("the instance to end at its join timeout", lambda: all_ended(c), 180)
+            assert job_state(c, job) is not JobState.COMPLETED
             reasons = [t.reason for si in c.store.instances() for t in si.instance.history]
             assert any("join" in r for r in reasons), reasons
             assert {si.instance.state for si in c.store.instances()} <= {S.TERMINATED, S.FAILED}

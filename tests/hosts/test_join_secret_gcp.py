@@ -20,17 +20,15 @@ import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from provisioner.config.models import PoolPolicy
 from provisioner.domain.jobs import JobState
-from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms, gce_lister, gce_metadata_sidecar, host_files
 from provisioner.testing.fake_gce import FakeGCE
 from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
-from tests.hosts.join_world import Driver, S, make_controller
+from tests.hosts.join_world import Driver, S, all_ended, job_state, make_controller
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.gcp, pytest.mark.slurm, pytest.mark.e2e]
 
@@ -71,15 +69,6 @@ def fresh_key_cluster(
         yield cluster, key
     finally:
         cluster.down(keep_log=tmp_path / "slurmctld.log")
-
-
-@pytest.fixture
-def gce_on_test_net(test_network: str) -> Iterator[FakeGCE]:
-    fake = FakeGCE(op_polls_until_done=1, host=test_network, subnet=hosts.SUBNET).start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
 
 
 @pytest.mark.parametrize("account", ["may-read", "may-not-read"])
@@ -128,13 +117,8 @@ def test_the_gce_vm_reads_its_munge_key_as_its_service_account_or_gets_no_node(
             "--chdir=/tmp", "-o", "/dev/null", "--wrap", "true",
         ).strip().split(";")[0]  # fmt: skip
 
-        def job_state() -> Any:
-            snap = c.reconciler.last_snapshot
-            j = next((j for j in snap.jobs if j.job_id == job), None) if snap else None
-            return j.state if j is not None else None
-
         if account == "may-read":
-            drive.until("the job to complete", lambda: job_state() is JobState.COMPLETED, 300)
+            drive.until("the job to complete", lambda: job_state(c, job) is JobState.COMPLETED, 300)
             (vm,) = vms.booted
             got = vms.running[vm].exec("sha256sum", "/etc/munge/munge.key").stdout.split()[0]
             assert got == hashlib.sha256(key).hexdigest()
@@ -145,13 +129,8 @@ def test_the_gce_vm_reads_its_munge_key_as_its_service_account_or_gets_no_node(
             assert key.hex() not in items["user-data"]
             assert base64.b64encode(key).decode() not in items["user-data"]
         else:
-
-            def ended() -> bool:
-                recs = [si.instance for si in c.store.instances()]
-                return bool(recs) and all(r.state.terminal for r in recs)
-
-            drive.until("the instance to end at its join timeout", ended, 180)
-            assert job_state() is not JobState.COMPLETED
+            drive.until("the instance to end at its join timeout", lambda: all_ended(c), 180)
+            assert job_state(c, job) is not JobState.COMPLETED
             reasons = [t.reason for si in c.store.instances() for t in si.instance.history]
             assert any("join" in r for r in reasons), reasons
             assert {si.instance.state for si in c.store.instances()} <= {S.TERMINATED, S.FAILED}

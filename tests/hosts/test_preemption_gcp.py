@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from provisioner.domain.spot_warnings import WarningKind
 from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms, gce_lister, gce_metadata_sidecar, host_files
 from provisioner.testing.fake_gce import FakeGCE
-from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
+from tests.hosts.conftest import HostCluster, host_root
 from tests.hosts.join_world import Driver, S, make_controller
 from tests.hosts.test_join_gcp import IMAGE, POOL, PROJECT
 from tests.hosts.test_spot_warning_aws import (
@@ -36,22 +35,13 @@ from tests.hosts.test_spot_warning_aws import (
 pytestmark = [pytest.mark.testhosts, pytest.mark.gcp, pytest.mark.slurm, pytest.mark.e2e]
 
 
-@pytest.fixture
-def gcp_cluster(test_network: str, suite: str, tmp_path: Path) -> Iterator[HostCluster]:
-    cluster = start_host_cluster(suite, prefix="cloud-gcp", features="cloud,gcp,us-central1,spot")
-    try:
-        yield cluster
-    finally:
-        cluster.down(keep_log=tmp_path / "slurmctld.log")
-
-
 def test_a_preempted_gce_vm_has_its_job_requeued_after_a_checkpoint_and_is_deleted_in_time(
-    gcp_cluster: HostCluster, test_network: str, tmp_path: Path, suite: str
+    gcp_cluster: HostCluster, gce_on_test_net: FakeGCE, tmp_path: Path, suite: str
 ) -> None:
     from google.auth.credentials import AnonymousCredentials
 
     root = host_root(suite)
-    fake = FakeGCE(op_polls_until_done=1, host=test_network, subnet=hosts.SUBNET).start()
+    fake = gce_on_test_net
     port = free_port(hosts.HOST_ADDRESS)
     c = make_controller(
         gcp_cluster,
@@ -116,4 +106,3 @@ def test_a_preempted_gce_vm_has_its_job_requeued_after_a_checkpoint_and_is_delet
         vms.close()
         api.stop()
         c.store.close()
-        fake.stop()
