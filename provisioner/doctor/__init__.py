@@ -19,15 +19,15 @@ import os
 import re
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from provisioner.act.clock_probe import SkewProbe, watch_clouds
 from provisioner.act.ports import CloudPorts
 from provisioner.clock import Clock, SystemClock
 from provisioner.command_runner import CommandRunner, CommandTimeout
 from provisioner.config.models import Policy, PoolPolicy
+from provisioner.domain.checks import Check
 from provisioner.domain.cloud_clock import WARN_SKEW_S, SkewTracker
 from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.offers import CapacityType
@@ -39,24 +39,7 @@ if TYPE_CHECKING:
 
     from provisioner.bootstrap import Settings
 
-Verdict = Literal["ok", "warn", "fail", "skip"]
 _KV = re.compile(r"(\w+)=(\S*)")
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    name: str
-    verdict: Verdict
-    detail: str
-    fix: str = ""
-
-    @property
-    def failed(self) -> bool:
-        return self.verdict == "fail"
-
-    def line(self) -> str:
-        tail = f" -> fix: {self.fix}" if self.fix and self.verdict in ("fail", "warn") else ""
-        return f"{self.verdict.upper():4}  {self.name}: {self.detail}{tail}"
 
 
 class DoctorFailed(ProvisionerError):
