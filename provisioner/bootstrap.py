@@ -209,18 +209,22 @@ def build_clouds(
 ) -> dict[str, CloudPorts]:
     """Cloud ports for the clouds the policy's pools use (SDKs imported only if needed)."""
     from provisioner.act.drivers import SdkPoolDriver, select_pool_driver
+    from provisioner.act.field_preflight import FieldPreflight
     from provisioner.act.ports import CloudCapacity, CloudPorts, PoolDriver
 
     used = {p.cloud for p in policy.pools}
     sdk: dict[str, PoolDriver] = {}
     caps: dict[str, CloudCapacity] = {}
+    fields: dict[str, FieldPreflight] = {}
     if "aws" in used:
         from provisioner.act.aws import AwsCapacity, AwsClients, AwsPoolDriver
+        from provisioner.act.field_aws import AwsFieldPreflight
 
         clients = AwsClients(settings.aws_endpoint_url, session=aws_session)
         regions = sorted({r for p in policy.pools if p.cloud == "aws" for r in p.regions})
         sdk["aws"] = AwsPoolDriver(clients)
         caps["aws"] = AwsCapacity(regions, clients)
+        fields["aws"] = AwsFieldPreflight(clients)
     if "gcp" in used:
         project = settings.gcp_project or policy.node.gcp_project
         if project:
@@ -250,7 +254,10 @@ def build_clouds(
     else:
         kind, driver = select_pool_driver(sdk=lambda: SdkPoolDriver(sdk), pulumi=make_pulumi)
         log.info("pool driver: %s", kind)
-    return {cloud: CloudPorts(driver=driver, capacity=cap) for cloud, cap in caps.items()}
+    return {
+        cloud: CloudPorts(driver=driver, capacity=cap, field=fields.get(cloud))
+        for cloud, cap in caps.items()
+    }
 
 
 def user_data_for(policy: Policy) -> Callable[[PoolSpec], str] | None:

@@ -15,10 +15,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from provisioner.domain.errors import CloudError, InvalidArgument, ListingIncomplete
 from provisioner.domain.offers import CapacityType, OfferKey
+
+if TYPE_CHECKING:
+    from provisioner.act.field_preflight import FieldPreflight
 
 # Tag (AWS) / label (GCP) keys every resource carries. GCP label keys and values allow only
 # lowercase letters, digits, "-" and "_", so the same keys work on both clouds.
@@ -292,3 +295,4 @@ class CloudPorts:
 
     driver: PoolDriver
     capacity: CloudCapacity
+    field: FieldPreflight | None = None  # doctor's checks of placement, image, role, network

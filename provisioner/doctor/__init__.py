@@ -9,7 +9,9 @@ Checks: Slurm reachable (and its version); every pool's partition, its CLOUD nod
 hooks; cloud credentials and endpoints (one owned-instances listing per cloud), and each cloud's
 clock against this host's, from the `Date` headers of those answers (warn past a minute); catalog
 offers
-for every pool; budgets and caps consistent; the store reachable and migrated; the API port free.
+for every pool; budgets and caps consistent; the store reachable and migrated; the API port free;
+and the field preflight (doctor/field.py): configless, srun's ports, `controller_host`, and per
+pool its image, placement, network rules, role and munge key against the cloud's own API.
 Doctor writes nothing: the store is only read, and a store that does not exist is not created.
 """
 
@@ -27,6 +29,7 @@ from provisioner.act.ports import CloudPorts
 from provisioner.clock import Clock, SystemClock
 from provisioner.command_runner import CommandRunner, CommandTimeout
 from provisioner.config.models import Policy, PoolPolicy
+from provisioner.doctor.field import Resolver, field_checks, slurm_config, system_resolver
 from provisioner.domain.checks import Check
 from provisioner.domain.cloud_clock import WARN_SKEW_S, SkewTracker
 from provisioner.domain.errors import ProvisionerError
@@ -149,7 +152,7 @@ def hooks_check(facts: SlurmFacts) -> Check:
     ok, text = facts.run("scontrol", "show", "config")
     if not ok:
         return Check("slurm power-saving hooks", "warn", text)
-    conf = dict(re.findall(r"^(\w+)\s*=\s*(.*?)\s*$", text, flags=re.M))
+    conf = slurm_config(text)
     missing = [k for k in ("ResumeProgram", "SuspendProgram") if conf.get(k, "(null)") == "(null)"]
     if missing:
         return Check(
@@ -433,19 +436,24 @@ def run_doctor(
     clouds: Mapping[str, CloudPorts] | None = None,
     check_port: bool = True,
     clock: Clock | None = None,
+    resolve: Resolver = system_resolver,
 ) -> list[Check]:
     """Every check, in order. Builds its own Slurm runner and cloud ports unless given."""
     from provisioner.bootstrap import build_clouds
     from provisioner.command_runner import SubprocessRunner
 
     checks: list[Check] = []
+    live_conf: dict[str, str] | None = None
     if settings.slurm_mode == "none":
         checks.append(Check("slurm", "skip", "slurm_mode is none"))
     else:
         r = runner or SubprocessRunner(
             slurm_conf=settings.slurm_conf, bin_dir=settings.slurm_bin_dir
         )
-        checks += slurm_checks(SlurmFacts(r, min(10.0, settings.slurm_timeout_s)), policy)
+        facts = SlurmFacts(r, min(10.0, settings.slurm_timeout_s))
+        checks += slurm_checks(facts, policy)
+        ok, text = facts.run("scontrol", "show", "config")
+        live_conf = slurm_config(text) if ok else None
     try:
         ports = clouds if clouds is not None else build_clouds(settings, policy)
     except Exception as exc:  # a cloud SDK that cannot even be set up
@@ -465,6 +473,7 @@ def run_doctor(
 
     checks += cloud_checks(controller, ports, owned)
     checks += skew_checks(tracker, probes)
+    checks += field_checks(policy, ports, live_conf, resolve=resolve)
     checks += catalog_checks(policy, catalog)
     checks += budget_checks(policy)
     checks.append(idle_release_check(policy))
