@@ -94,6 +94,9 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("PROVISIONER_AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL"),
     )
     gce_endpoint: str | None = None
+    # IAM Credentials, which doctor calls to read the munge key's secret as a pool's service
+    # account (None: Google's own endpoint)
+    gcp_iam_endpoint: str | None = None
     gcp_project: str = ""
     pool_driver: Literal["auto", "sdk", "pulumi"] = "auto"
     # munged's socket for decoding burst nodes' signed spot warnings: the one slurmctld uses
@@ -228,11 +231,13 @@ def build_clouds(
     if "gcp" in used:
         project = settings.gcp_project or policy.node.gcp_project
         if project:
+            from provisioner.act.field_gcp import GcpFieldPreflight
             from provisioner.act.gcp import GcpCapacity, GcpClients, GcpPoolDriver
 
             gclients = GcpClients(project, settings.gce_endpoint, credentials=gcp_credentials)
             sdk["gcp"] = GcpPoolDriver(gclients)
             caps["gcp"] = GcpCapacity(gclients)
+            fields["gcp"] = GcpFieldPreflight(gclients, iam_endpoint=settings.gcp_iam_endpoint)
         else:
             log.warning("pools use gcp but no project is set (PROVISIONER_GCP_PROJECT)")
     if not caps:

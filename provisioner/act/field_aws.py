@@ -20,10 +20,9 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from provisioner.act.aws import AwsClients
-from provisioner.act.field_preflight import SlurmNet
+from provisioner.act.field_preflight import Missing, SlurmNet
 from provisioner.config.models import NodeBootstrap, PoolPolicy
 from provisioner.domain.checks import Check
-from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.reachability import Network, Rule, reach_check, slurm_flows
 
 SESSION = "gpu-burst-preflight"
@@ -76,7 +75,7 @@ class AwsFieldPreflight:
         try:
             vpc, subnets = self._subnets(pool, region, ec2)
             groups = self._groups(pool, vpc, ec2)
-        except _Missing as m:
+        except Missing as m:
             return [Check(name, "fail", m.detail, m.fix)]
         except (ClientError, BotoCoreError) as exc:
             return [Check(name, "fail", _code(exc), "check the controller's ec2:Describe* rights")]
@@ -129,21 +128,21 @@ class AwsFieldPreflight:
             try:
                 subnets = ec2.describe_subnets(SubnetIds=list(pool.subnets))["Subnets"]
             except ClientError as exc:
-                raise _Missing(
+                raise Missing(
                     f"subnet(s) {', '.join(pool.subnets)} not all in {region}: {_code(exc)}",
                     f"pools[{pool.name}].subnets: name subnets of {region} (a subnet lives in "
                     "one region and one zone)",
                 ) from None
             vpcs = {s["VpcId"] for s in subnets}
             if len(vpcs) > 1:
-                raise _Missing(
+                raise Missing(
                     f"subnets span VPCs {', '.join(sorted(vpcs))}",
                     f"pools[{pool.name}].subnets: name subnets of one VPC",
                 )
             return vpcs.pop(), subnets
         default = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
         if not default:
-            raise _Missing(
+            raise Missing(
                 f"no subnets named and {region} has no default VPC",
                 f"pools[{pool.name}].subnets: name the burst subnets",
             )
@@ -170,13 +169,13 @@ class AwsFieldPreflight:
                 "SecurityGroups"
             ]
         except ClientError as exc:
-            raise _Missing(
+            raise Missing(
                 f"security group(s) {', '.join(pool.security_groups)}: {_code(exc)}",
                 f"pools[{pool.name}].security_groups: name groups of {vpc}",
             ) from None
         elsewhere = [g["GroupId"] for g in found if g.get("VpcId") != vpc]
         if elsewhere:
-            raise _Missing(
+            raise Missing(
                 f"security group(s) {', '.join(elsewhere)} are not in {vpc}, the subnets' VPC",
                 f"pools[{pool.name}].security_groups: name groups of {vpc}",
             )
@@ -248,13 +247,6 @@ class AwsFieldPreflight:
                 "ssm:GetParameter on it and kms:Decrypt on its key (docs/field.md)",
             )
         return Check(name, "ok", f"{role_arn} read {parameter} ({len(value)} characters)")
-
-
-class _Missing(ProvisionerError):  # a preflight finding, turned into a Check: never raised out
-    def __init__(self, detail: str, fix: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.fix = fix
 
 
 def _protocol(p: str) -> str:

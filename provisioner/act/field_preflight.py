@@ -11,6 +11,7 @@ from typing import Protocol
 
 from provisioner.config.models import NodeBootstrap, PoolPolicy
 from provisioner.domain.checks import Check
+from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.reachability import Address, Ports
 
 
@@ -33,3 +34,13 @@ class FieldPreflight(Protocol):
         images: Mapping[str, str],  # region -> the image its VMs boot
         net: SlurmNet,
     ) -> list[Check]: ...
+
+
+class Missing(ProvisionerError):
+    """A resource the pool needs is missing or wrong: an adapter raises it inside its checks and
+    turns it into a failing `Check` (its detail and fix); it never leaves the preflight."""
+
+    def __init__(self, detail: str, fix: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.fix = fix

@@ -231,6 +231,11 @@ class GcpClients:
     def instances(self) -> Any:
         return self._make("InstancesClient")
 
+    def compute(self, kind: str) -> Any:
+        """Any other Compute client by its class name (`ImagesClient`, `FirewallsClient`, ...),
+        with the same endpoint and credentials: the field preflight reads these."""
+        return self._make(kind)
+
     def wait(self, op: Any) -> Any:
         """Wait on an Operation through our own operations clients until it is DONE."""
         from google.cloud import compute_v1

@@ -13,6 +13,9 @@ that go RUNNING -> DONE):
   aggregated list across zones
 * operations: get and wait, for global, regional and zonal scopes
 * `requestId`: a repeated request returns the first operation and changes nothing again
+* images (get, getFromFamily), networks and subnetworks (get), firewall rules (get, list,
+  insert): provisioner/testing/fake_gce_network.py, through `add_image`, `add_network`,
+  `add_subnetwork`, `add_firewall` and `add_default_network` (nothing exists until added)
 
 Times (`creationTimestamp`, `lastStartTimestamp`, the `Date` header of every answer, and the
 `VmRecord` a bill is computed from) are on the fake's `clock`: the cloud's own clock, which a
@@ -47,6 +50,10 @@ on this same endpoint, for the service account whose token the caller presents. 
 stand-in gets that token at `GET /_fake/token/<zone>/<name>`, minted for the first service
 account in the VM's `serviceAccounts` (from its instance template), as the metadata server's
 `service-accounts/default/token` gives it.
+
+IAM Credentials (`iam`, provisioner/testing/fake_iam_credentials.py): `generateAccessToken` on
+this same endpoint, for the service accounts a test adds (`add_service_account`), minting
+tokens the fake Secret Manager takes: the controller impersonating a VM's account.
 Simplified: recreation is immediate (resources are always there again), and the recreated VM
 runs at once.
 """
@@ -64,7 +71,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from provisioner.testing import fake_iam_credentials as iam_credentials
 from provisioner.testing import fake_secret_manager as secret_manager
+from provisioner.testing.fake_gce_network import FakeGceNetwork
 
 _P = r"/compute/v1/projects/(?P<project>[^/]+)"
 PREEMPTION_NOTICE_S = 30.0
@@ -170,6 +179,9 @@ class FakeGCE:
         self.retired: list[VmRecord] = []  # VMs whose name a recreated VM took
         # Secret Manager, with the tokens the metadata stand-in mints for a VM's account
         self.secret_manager = secret_manager.FakeSecretManager()
+        self.iam = iam_credentials.FakeIamCredentials(self.secret_manager.mint_token, clock)
+        # images, networks, subnetworks, firewall rules
+        self.network = FakeGceNetwork(self._base, self._now)
         self.op_polls_until_done = op_polls_until_done
         self.zones_per_region = zones_per_region
         self._request_ids: dict[str, Json] = {}
@@ -195,6 +207,9 @@ class FakeGCE:
                     auth = self.headers.get("Authorization") or ""
                     with fake.lock:
                         res = _Result(*fake.secret_manager.access(url.path, auth))
+                elif iam_credentials.handles(url.path):
+                    with fake.lock:
+                        res = _Result(*fake.iam.generate_access_token(url.path, body))
                 else:
                     res = fake.handle(self.command, url.path, parse_qs(url.query), body)
                 data = json.dumps(res.body).encode()
@@ -275,6 +290,36 @@ class FakeGCE:
             self.retired.append(self.vms[name])
             self._new_instance(project, zone, name, props, created_by=str(mig["selfLink"]))
         return [name for _, name in due]
+
+    def add_image(self, project: str, name: str, family: str = "") -> Json:
+        with self.lock:
+            return self.network.add_image(project, name, family)
+
+    def add_network(self, project: str, name: str, *, auto: bool = False) -> Json:
+        with self.lock:
+            return self.network.add_network(project, name, auto=auto)
+
+    def add_subnetwork(
+        self, project: str, region: str, name: str, network: str, ip_cidr_range: str
+    ) -> Json:
+        with self.lock:
+            return self.network.add_subnetwork(project, region, name, network, ip_cidr_range)
+
+    def add_firewall(self, project: str, body: Json) -> Json:
+        with self.lock:
+            return self.network.add_firewall(project, body)
+
+    def add_default_network(
+        self, project: str, regions: tuple[str, ...] = ("us-central1",)
+    ) -> None:
+        with self.lock:
+            self.network.add_default_network(project, regions)
+
+    def add_service_account(self, email: str, *, impersonable: bool = True) -> None:
+        """A service account, which the controller may impersonate unless `impersonable` is
+        false (it holds no roles/iam.serviceAccountTokenCreator on it)."""
+        with self.lock:
+            self.iam.add_service_account(email, impersonable=impersonable)
 
     def sent(self, method: str, path_suffix: str) -> list[Json]:
         """Recorded requests whose path ends with `path_suffix` (for assertions)."""
@@ -424,6 +469,15 @@ class FakeGCE:
             return self._migs(
                 method, m["project"], m["region"], m["name"], m["verb"], q, body, fault
             )
+        answer = self.network.route(
+            method,
+            path,
+            body,
+            lambda p, link, kind: self._op(p, "global", link, kind, fault),
+            fault is None,
+        )
+        if answer is not None:
+            return _Result(*answer)
         return self._err(404, f"fake_gce: no route for {method} {path}", "notFound")
 
     def _token(self, zone: str, name: str) -> _Result:
