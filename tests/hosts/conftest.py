@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import re
+import secrets
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -284,5 +286,55 @@ def gcp_cluster(test_network: str, suite: str, tmp_path: Path) -> Iterator[HostC
     cluster = start_host_cluster(suite, prefix="cloud-gcp", features="cloud,gcp,us-central1,spot")
     try:
         yield cluster
+    finally:
+        cluster.down(keep_log=tmp_path / "slurmctld.log")
+
+
+@pytest.fixture
+def enforcing_moto(
+    test_network: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, tuple[str, str]]]:
+    """moto in its own process on the /24, IAM enforced after the first three calls (which
+    make the administrator); the environment carries the administrator's keys (for the
+    metadata stand-ins this process starts)."""
+    import boto3
+
+    from provisioner.testing.moto_faults import TEST_CREDENTIALS, iam_enforcing_moto
+
+    with iam_enforcing_moto(test_network) as endpoint:
+        iam = boto3.client(
+            "iam",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=TEST_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=TEST_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+        iam.create_user(UserName="admin")
+        everything = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+        }
+        iam.put_user_policy(
+            UserName="admin", PolicyName="admin", PolicyDocument=json.dumps(everything)
+        )
+        k = iam.create_access_key(UserName="admin")["AccessKey"]
+        keys = (k["AccessKeyId"], k["SecretAccessKey"])
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys[0])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys[1])
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        monkeypatch.delenv("AWS_PROFILE", raising=False)
+        yield endpoint, keys
+
+
+def fresh_key_cluster_of(
+    suite: str, tmp_path: Path, **kw: str
+) -> Iterator[tuple[HostCluster, bytes]]:
+    """A cluster whose munge key is a fresh one, not the key baked into the test-host root: a
+    VM that joins it proves it read the key from the cloud's secret store."""
+    key = secrets.token_bytes(1024)
+    (tmp_path / "munge.key").write_bytes(key)
+    cluster = start_host_cluster(suite, munge_key=tmp_path / "munge.key", **kw)  # type: ignore[arg-type]
+    try:
+        yield cluster, key
     finally:
         cluster.down(keep_log=tmp_path / "slurmctld.log")

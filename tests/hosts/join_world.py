@@ -4,6 +4,7 @@ while the cloud stand-in's hypervisor boots and removes hosts."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -230,3 +231,41 @@ class WhoamiJobs:
         if all(j in by_id and by_id[j].state is JobState.COMPLETED for j in self.ids):
             return {j: by_id[j].nodes for j in self.ids}
         return None
+
+
+ACCOUNT = "123456789012"  # moto's
+
+
+def node_profile(
+    endpoint: str,
+    keys: tuple[str, str],
+    name: str,
+    grant: str | dict[str, Any],
+    trusts: tuple[str, ...] = (),
+) -> str:
+    """An instance profile whose role EC2 may assume (the metadata stand-in, as the admin,
+    assumes it for the VM) and `trusts` too, with `grant`: one action allowed on "*", or a
+    whole policy document. moto evaluates EC2 and SSM actions against resource "*" only, so a
+    grant names "*"; the field policy names the parameter."""
+    iam = aws_client("iam", endpoint, keys)
+    principal = {
+        "Service": "ec2.amazonaws.com",
+        "AWS": [f"arn:aws:iam::{ACCOUNT}:user/admin", *trusts],
+    }
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}],
+    }
+    iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))
+    doc = (
+        grant
+        if isinstance(grant, dict)
+        else {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": grant, "Resource": "*"}],
+        }
+    )
+    iam.put_role_policy(RoleName=name, PolicyName="node", PolicyDocument=json.dumps(doc))
+    iam.create_instance_profile(InstanceProfileName=name)
+    iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
+    return name

@@ -15,8 +15,6 @@ metadata stand-in hands out as EC2 does, and moto checks their signature and the
 from __future__ import annotations
 
 import base64
-import json
-import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +25,7 @@ from provisioner.act.ports import TAG_CONTROLLER
 from provisioner.domain.jobs import JobState
 from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms, host_files, imds_sidecar, moto_lister
-from provisioner.testing.moto_faults import iam_enforcing_moto
-from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
+from tests.hosts.conftest import HostCluster, fresh_key_cluster_of, host_root
 from tests.hosts.join_world import (
     REGION,
     Driver,
@@ -37,71 +34,19 @@ from tests.hosts.join_world import (
     aws_client,
     job_state,
     make_controller,
+    node_profile,
 )
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.aws, pytest.mark.slurm, pytest.mark.e2e]
 
 PARAM = "/gpu-burst/burst-local/cloud-aws/munge-key"
-ACCOUNT = "123456789012"  # moto's
-
-
-@pytest.fixture
-def enforcing_moto(
-    test_network: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[str, tuple[str, str]]]:
-    """moto in its own process on the /24, IAM enforced after the first three calls (which
-    make the administrator); the environment carries the administrator's keys (for the
-    metadata stand-ins this process starts)."""
-    with iam_enforcing_moto(test_network) as endpoint:
-        iam = aws_client("iam", endpoint)
-        iam.create_user(UserName="admin")
-        everything = {
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
-        }
-        iam.put_user_policy(
-            UserName="admin", PolicyName="admin", PolicyDocument=json.dumps(everything)
-        )
-        k = iam.create_access_key(UserName="admin")["AccessKey"]
-        keys = (k["AccessKeyId"], k["SecretAccessKey"])
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys[0])
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys[1])
-        monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-        monkeypatch.delenv("AWS_PROFILE", raising=False)
-        yield endpoint, keys
-
-
-def node_profile(endpoint: str, keys: tuple[str, str], name: str, action: str) -> str:
-    """An instance profile whose role may do `action` (moto evaluates non-S3 actions against
-    resource "*" only, so the grant is on "*"; the field policy names the parameter)."""
-    iam = aws_client("iam", endpoint, keys)
-    principal = {"Service": "ec2.amazonaws.com", "AWS": f"arn:aws:iam::{ACCOUNT}:user/admin"}
-    trust = {
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}],
-    }
-    iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))
-    grant = {
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Action": action, "Resource": "*"}],
-    }
-    iam.put_role_policy(RoleName=name, PolicyName="node", PolicyDocument=json.dumps(grant))
-    iam.create_instance_profile(InstanceProfileName=name)
-    iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
-    return name
 
 
 @pytest.fixture
 def fresh_key_cluster(
     test_network: str, suite: str, tmp_path: Path
 ) -> Iterator[tuple[HostCluster, bytes]]:
-    key = secrets.token_bytes(1024)
-    (tmp_path / "munge.key").write_bytes(key)
-    cluster = start_host_cluster(suite, munge_key=tmp_path / "munge.key")
-    try:
-        yield cluster, key
-    finally:
-        cluster.down(keep_log=tmp_path / "slurmctld.log")
+    yield from fresh_key_cluster_of(suite, tmp_path)
 
 
 @pytest.mark.parametrize("role", ["may-read", "may-not-read"])

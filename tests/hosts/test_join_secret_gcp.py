@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from provisioner.config.models import PoolPolicy
 from provisioner.domain.jobs import JobState
 from provisioner.testing.cloud_vms import CloudVms, gce_lister, gce_metadata_sidecar, host_files
 from provisioner.testing.fake_gce import FakeGCE
-from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
+from tests.hosts.conftest import HostCluster, fresh_key_cluster_of, host_root
 from tests.hosts.join_world import Driver, S, all_ended, job_state, make_controller
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.gcp, pytest.mark.slurm, pytest.mark.e2e]
@@ -57,18 +56,9 @@ def pool(account: str) -> PoolPolicy:
 def fresh_key_cluster(
     test_network: str, suite: str, tmp_path: Path
 ) -> Iterator[tuple[HostCluster, bytes]]:
-    key = secrets.token_bytes(1024)
-    (tmp_path / "munge.key").write_bytes(key)
-    cluster = start_host_cluster(
-        suite,
-        prefix="cloud-gcp",
-        features="cloud,gcp,us-central1,spot",
-        munge_key=tmp_path / "munge.key",
+    yield from fresh_key_cluster_of(
+        suite, tmp_path, prefix="cloud-gcp", features="cloud,gcp,us-central1,spot"
     )
-    try:
-        yield cluster, key
-    finally:
-        cluster.down(keep_log=tmp_path / "slurmctld.log")
 
 
 @pytest.mark.parametrize("account", ["may-read", "may-not-read"])
