@@ -213,7 +213,7 @@ def build_clouds(
     """Cloud ports for the clouds the policy's pools use (SDKs imported only if needed)."""
     from provisioner.act.drivers import SdkPoolDriver, select_pool_driver
     from provisioner.act.field_preflight import FieldPreflight
-    from provisioner.act.ports import CloudCapacity, CloudPorts, PoolDriver
+    from provisioner.act.ports import CloudCapacity, CloudPorts, ConsoleReader, PoolDriver
 
     used = {p.cloud for p in policy.pools}
     sdk: dict[str, PoolDriver] = {}
@@ -259,8 +259,20 @@ def build_clouds(
     else:
         kind, driver = select_pool_driver(sdk=lambda: SdkPoolDriver(sdk), pulumi=make_pulumi)
         log.info("pool driver: %s", kind)
+    # a VM's console says why it did not join only where VMs boot and join as hosts of their
+    # own: not in the demo (no Slurm) nor under the same-host stand-in
+    own_vms = (
+        settings.slurm_mode != "none"
+        and settings.launcher == "none"
+        and policy.node.node_address == "instance"
+    )
     return {
-        cloud: CloudPorts(driver=driver, capacity=cap, field=fields.get(cloud))
+        cloud: CloudPorts(
+            driver=driver,
+            capacity=cap,
+            field=fields.get(cloud),
+            console=cap if isinstance(cap, ConsoleReader) and own_vms else None,
+        )
         for cloud, cap in caps.items()
     }
 

@@ -15,7 +15,9 @@ first boot. Standard library only (Python 3.9 to 3.13): it runs on the image's o
    this instance's own identity (AWS SSM Parameter Store with its instance profile's role,
    GCP Secret Manager with its service account's token), printed by a command, or already in
    the image.
-4. Starts munged, then slurmd in configless mode as that node: `slurmd -N <node> --conf-server`.
+4. Checks slurmctld answers TCP from here, starts munged, then slurmd in configless mode as
+   that node (`slurmd -N <node> --conf-server`), and watches it for a while: a slurmd that
+   exits, or whose key slurmctld refuses, fails the join with slurmd's own words.
 5. Where node.json names the controller's API, starts the spot watcher (gpu-burst-watch) as
    a systemd unit that restarts it if it dies, and asks the controller for the GPU agent's
    token with a MUNGE credential (POST /v1/nodes/<node>/agent-token): the token is bound to
@@ -28,6 +30,8 @@ first boot. Standard library only (Python 3.9 to 3.13): it runs on the image's o
    environment.
 
 What it learnt is written to /run/gpu-burst/joined.json. Exit status 0 once slurmd was started.
+A step that fails prints `gpu-burst-join: FAILED <step>: <why>` (on the serial console, where
+the controller reads it when it gives up on the VM) and exits 1.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ import hashlib
 import hmac
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -55,6 +61,7 @@ AGENT_VENV = "/opt/gpu-burst-agent"
 # Debian's slurmd unit starts only with /etc/slurm/slurm.conf in place
 # (ConditionPathExists); in configless mode the config comes from slurmctld instead.
 SLURMD_DROPIN = "/etc/systemd/system/slurmd.service.d/gpu-burst-configless.conf"
+SLURMD_CONF_CACHE = "/run/slurm/conf/slurm.conf"  # where configless slurmd keeps its config
 
 
 def log(msg: str) -> None:
@@ -346,18 +353,103 @@ def connect(cloud: str, deadline_s: float, poll_s: float) -> Aws | Gcp:
         time.sleep(poll_s)
 
 
+# What the join program is doing, for the one line it prints when that fails
+# (`gpu-burst-join: FAILED <step>: <why>`): the controller reads it from the VM's serial
+# console when it gives up on the VM, and puts it on its decision.
+STEP = ["config"]
+# slurmd's own words that mean slurmctld refused this VM's MUNGE credentials: slurmctld drops
+# a request it cannot decode, so slurmd reads nothing back ("Zero Bytes were transmitted or
+# received", which Slurm's FAQ puts down to munge keys that differ, or clocks far apart)
+_AUTH = re.compile(r"authenticat|credential|munge|Zero Bytes were transmitted", re.I)
+_STARTED = re.compile(r"slurmd started on ")
+_NO_ROUTE = re.compile(r"Connection refused|timed out|No route|Unable to contact|unreachable")
+
+
+def reach_slurmctld(conf_server: str, deadline_s: float, poll_s: float) -> None:
+    """slurmctld answers TCP from here, or this VM can never be its node: said plainly (a
+    firewall or route between the burst subnet and slurmctld), before slurmd retries quietly."""
+    host, _, port = conf_server.rpartition(":")
+    host, port = (host or conf_server), (port if host else "6817")
+    end, why = time.monotonic() + deadline_s, ""
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+            return
+        except OSError as exc:
+            why = str(exc.strerror or exc)
+        if time.monotonic() >= end:
+            raise SystemExit(
+                f"slurmctld at {host}:{port} is unreachable from this VM ({why}, for "
+                f"{deadline_s:g} s): open tcp {port} from the burst subnet to it"
+            )
+        time.sleep(poll_s)
+
+
+def slurmd_said(lines: int = 40) -> list[str]:
+    """slurmd's last words: its journal (before it has a config, it writes to stderr), then
+    the SlurmdLogFile the config slurmctld served names, where it writes once it has one."""
+    out = subprocess.run(
+        ["journalctl", "-u", "slurmd", "-o", "cat", "--no-pager", "-n", str(lines)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    said = out.stdout.splitlines()
+    try:
+        with open(SLURMD_CONF_CACHE) as f:
+            conf = dict(re.findall(r"^\s*(\w+)\s*=\s*(\S+)", f.read(), flags=re.M))
+        with open(conf.get("SlurmdLogFile", "/nonexistent"), errors="replace") as f:
+            said += f.read().splitlines()[-lines:]
+    except OSError:
+        pass  # no config fetched yet, or no log file of its own
+    return [x.strip() for x in said if x.strip()]
+
+
+def watch_slurmd(watch_s: float, poll_s: float) -> None:
+    """slurmd, just started, gets through its start ("slurmd started on ...") without a word
+    that dooms the join (it waits up to 20 s for a device gres.conf names before it gives up);
+    else why not, in its own words. Still starting after `watch_s`: the controller's join
+    timeout decides."""
+    end = time.monotonic() + watch_s
+    while time.monotonic() < end:
+        time.sleep(poll_s)
+        state = subprocess.run(
+            ["systemctl", "is-active", "slurmd"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        said = slurmd_said()
+        errors = [x for x in said if "error" in x.lower() or "fatal" in x.lower()]
+        auth = [x for x in errors if _AUTH.search(x)]
+        if auth:
+            raise SystemExit(
+                f"munge key rejected by slurmctld (not the cluster's key, or this VM's clock "
+                f"far off): {auth[-1]}"
+            )
+        if state in ("failed", "inactive"):
+            last = " / ".join(errors[-2:]) if errors else (said[-1] if said else "no words")
+            raise SystemExit(f"slurmd did not start ({state}): {last}")
+        if any(_STARTED.search(x) for x in said):
+            return
+        if any(_NO_ROUTE.search(x) for x in errors):
+            log(f"slurmd: {errors[-1]}")  # slurmd retries; the controller's timeout decides
+    log("slurmd still starting; the controller's join timeout decides")
+
+
 def main() -> int:
     with open(CONFIG) as f:
         cfg = json.load(f)
     deadline, poll = float(cfg.get("join_deadline_s", 600)), float(cfg.get("poll_s", 2))
+    STEP[0] = "metadata"
     meta = connect(cfg["cloud"], deadline, poll)
     instance_id = meta.instance_id()
+    STEP[0] = "node-name"
     node = wait_for_node(meta, cfg["node_key"], deadline, poll)
     log(f"instance {instance_id} is slurm node {node}")
     os.makedirs(os.path.dirname(STATE), exist_ok=True)
     with open(STATE, "w") as f:
         json.dump({"instance_id": instance_id, "node": node, "address": meta.address()}, f)
+    STEP[0] = "munge-key"
     install_munge_key(cfg, meta)
+    STEP[0] = "slurmctld"
+    reach_slurmctld(cfg["conf_server"], min(deadline / 2, 60.0), poll)
+    STEP[0] = "slurmd"
     opts = f"--conf-server {cfg['conf_server']} -N {node}"
     with open("/etc/default/slurmd", "w") as f:
         f.write(f'SLURMD_OPTIONS="{opts}"\n')
@@ -366,7 +458,13 @@ def main() -> int:
         f.write("[Unit]\nConditionPathExists=\n")
     subprocess.run(["systemctl", "daemon-reload"], check=True)
     subprocess.run(["systemctl", "enable", "--now", "munge"], check=True)
-    subprocess.run(["systemctl", "enable", "--now", "slurmd"], check=True)
+    subprocess.run(["systemctl", "enable", "slurmd"], check=True)
+    # not --now: a Type=notify slurmd (Debian 13) holds `start` until it has registered,
+    # which with a wrong key or no route is never; watch_slurmd says why instead
+    subprocess.run(["systemctl", "start", "--no-block", "slurmd"], check=True)
+    watch_slurmd(float(cfg.get("slurmd_watch_s", 60)), poll)
+    log(f"slurmd started as {node}")
+    STEP[0] = "agent"
     if cfg.get("controller_api"):
         watch = ["/usr/bin/python3", "/usr/local/sbin/gpu-burst-watch"]
         unit = ["--unit=gpu-burst-watch", "--property=Restart=always", "--property=RestartSec=2"]
@@ -380,5 +478,26 @@ def main() -> int:
     return 0
 
 
+def run() -> int:
+    """main(), and when a step fails the one line that says which and why."""
+    try:
+        return main()
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            return 0
+        why = str(exc.code).removeprefix("gpu-burst-join: ")
+    except subprocess.CalledProcessError as exc:
+        said = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
+        why = f"`{' '.join(map(str, exc.cmd))}` exited {exc.returncode}" + (
+            f": {said[-1]}" if said else ""
+        )
+    except urllib.error.HTTPError as exc:
+        why = f"{exc.url}: HTTP {exc.code} {exc.read().decode(errors='replace')[:200]}"
+    except Exception as exc:  # the one line is the point: whatever it was, say it
+        why = f"{type(exc).__name__}: {exc}"
+    log(f"FAILED {STEP[0]}: {why}"[:600])
+    return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

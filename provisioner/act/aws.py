@@ -9,6 +9,8 @@ text (`aws_activities.py`).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import email.utils
 import logging
@@ -545,6 +547,19 @@ class AwsCapacity(_AwsBase):
             Resources=[instance.instance_id],
             Tags=[{"Key": NODE_KEY, "Value": node}],
         )
+
+    def console_output(self, instance: OwnedInstance) -> str:
+        """EC2's console output (`Latest`: the newest 64 KB, on instances that keep it;
+        base64 on the wire, which botocore leaves as it is)."""
+        ec2 = self.clients.ec2(instance.region)
+        out = self._call(
+            ec2.get_console_output, instance.instance_id, InstanceId=instance.instance_id
+        )
+        text = out.get("Output") or ""
+        try:
+            return base64.b64decode(text).decode("utf-8", "replace")
+        except (ValueError, binascii.Error):
+            return str(text)
 
     def terminate(self, instance: OwnedInstance, token: str) -> None:
         asg = self.clients.autoscaling(instance.region)

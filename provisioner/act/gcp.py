@@ -502,6 +502,17 @@ class GcpCapacity(_GcpBase):
         )
         self._mutate(lambda: vms.set_metadata_unary(req), instance.instance_id)
 
+    def console_output(self, instance: OwnedInstance) -> str:
+        """The VM's first serial port (its console), as GCE keeps it (the newest 1 MB)."""
+        from google.cloud import compute_v1
+
+        vms = self.clients.instances()
+        req = compute_v1.GetSerialPortOutputInstanceRequest(
+            project=self.clients.project, zone=instance.zone, instance=instance.instance_id, port=1
+        )
+        out = self._call(lambda: vms.get_serial_port_output(request=req), instance.instance_id)
+        return str(out.contents or "")
+
     def terminate(self, instance: OwnedInstance, token: str) -> None:
         from google.cloud import compute_v1
 

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from provisioner.domain.errors import CloudError, InvalidArgument, ListingIncomplete
 from provisioner.domain.offers import CapacityType, OfferKey
@@ -289,6 +289,14 @@ class CloudCapacity(Protocol):
         ...
 
 
+@runtime_checkable
+class ConsoleReader(Protocol):
+    def console_output(self, instance: OwnedInstance) -> str:
+        """The instance's serial console, newest last, as the cloud keeps it ("" when it
+        keeps none yet). Raises CloudError like every other call."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class CloudPorts:
     """One cloud's two ports, as the controller holds them."""
@@ -296,3 +304,4 @@ class CloudPorts:
     driver: PoolDriver
     capacity: CloudCapacity
     field: FieldPreflight | None = None  # doctor's checks of placement, image, role, network
+    console: ConsoleReader | None = None  # a VM's serial console, read when it fails to join

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
+from provisioner.act.join_diagnosis import JoinDiagnosis
 from provisioner.act.node_identity import NameNodeStep
 from provisioner.act.ports import OwnedInstance
 from provisioner.act.scale_up import ScaleUpResult, ScaleUpStep
@@ -66,6 +68,7 @@ class PassActuation:
         self.controller = ctx.controller
         self.scale_ups = scale_ups
         self.terminations = terminations
+        self.diagnosis = JoinDiagnosis(terminations.clouds)
         self.slurm = slurm
         self.names = names
 
@@ -138,17 +141,13 @@ class PassActuation:
                 else ReasonCode.TERMINATE_DRAINED
             )
             did = decision_id(now, reason, k.instance_id)
+            detail = {"why": k.reason, "by": "sync"}
+            if k.join_failure:
+                k = self._explained(k)
+                detail["why"] = k.reason
             if k.transition:
                 self.store.record_decisions(
-                    [
-                        Decision(
-                            did,
-                            reason,
-                            instance=k.instance_id,
-                            detail={"why": k.reason, "by": "sync"},
-                        )
-                    ],
-                    now,
+                    [Decision(did, reason, instance=k.instance_id, detail=detail)], now
                 )
             self._kill(k, did, now, report)
 
@@ -171,6 +170,11 @@ class PassActuation:
             report.adopted += len(insts)
             if say:
                 log.info("adopted %s (intent %s)", [i.instance_id for i in insts], token[:8])
+
+    def _explained(self, k: Kill) -> Kill:
+        """A join failure's reason, with what the VM's console says about why."""
+        why = self.diagnosis.why(k.owned)
+        return replace(k, reason=f"{k.reason}: {why}") if why else k
 
     def _kill(self, k: Kill, did: str, now: float, report: PassReport) -> bool:
         """Terminate one instance, intent first; a node to fail is failed in Slurm first (its
@@ -235,7 +239,7 @@ class PassActuation:
                 fail_node=inst.node_name if join and inst.node_name else "",
                 join_failure=join,
             )
-            self._kill(k, t.decision.decision_id, now, report)
+            self._kill(self._explained(k) if join else k, t.decision.decision_id, now, report)
 
     def scale_up(
         self, su: ScaleUp, jobs: Mapping[str, Job], now: float, report: PassReport

@@ -60,6 +60,7 @@ class CloudVms:
         *,
         files: Mapping[str, str] | None = None,
         newest_first: bool = False,
+        user_data: Callable[[str], str] | None = None,
     ) -> None:
         self.root = root
         self.workdir = workdir
@@ -67,6 +68,9 @@ class CloudVms:
         self.sidecar = sidecar
         self.files = dict(files or {})
         self.newest_first = newest_first
+        # what boots instead of the recorded user-data (a test's broken site template)
+        self.user_data = user_data
+        self._by_name: dict[tuple[str, str], str] = {}  # (zone, GCE name) -> instance id
         self.running: dict[str, hosts.TestHost] = {}  # instance id -> its host
         self.booted: list[str] = []  # instance ids, in the order their hosts booted
         self.stopped: list[str] = []
@@ -92,7 +96,9 @@ class CloudVms:
             raise hosts.HostError(
                 f"{vm.instance_id}: private address {vm.private_ip} is not on {hosts.SUBNET}.0/24"
             )
-        spec = hosts.HostSpec(vm.instance_id, vm.hostname, int(octet), vm.user_data)
+        user_data = self.user_data(vm.user_data) if self.user_data else vm.user_data
+        spec = hosts.HostSpec(vm.instance_id, vm.hostname, int(octet), user_data)
+        self._by_name[(vm.zone, vm.hostname)] = vm.instance_id
         host = hosts.TestHost(spec, self.root, self.workdir, self.sidecar(vm), self.files)
         return host.boot()
 
@@ -109,6 +115,15 @@ class CloudVms:
             ]
             out[iid] = [f"booted {self.boot_times.get(iid, '?')} UTC", *seen[-20:]]
         return out
+
+    def console(self, instance_id: str) -> str:
+        """What the instance's VM wrote to its serial console so far ("" before it booted):
+        what the cloud stand-ins answer GetConsoleOutput / getSerialPortOutput with."""
+        path = self.consoles.get(instance_id)
+        return path.read_text(errors="replace") if path is not None and path.exists() else ""
+
+    def console_by_name(self, zone: str, name: str) -> str:
+        return self.console(self._by_name.get((zone, name), ""))
 
     def host_of(self, instance_id: str) -> hosts.TestHost:
         return self.running[instance_id]

@@ -10,7 +10,8 @@ that go RUNNING -> DONE):
 * regional managed instance groups: insert, get, list, delete, resize, listManagedInstances,
   deleteInstances (decrements the target size), setInstanceTemplate
 * zonal instances: insert, get, list (with a `labels.KEY = "VALUE"` filter), delete, and the
-  aggregated list across zones
+  aggregated list across zones; getSerialPortOutput (port 1) from `consoles`, which the test
+  hosts' hypervisor sets to what each VM wrote to its console
 * operations: get and wait, for global, regional and zonal scopes
 * `requestId`: a repeated request returns the first operation and changes nothing again
 * images (get, getFromFamily), networks and subnetworks (get), firewall rules (get, list,
@@ -77,6 +78,7 @@ from provisioner.testing.fake_gce_network import FakeGceNetwork
 
 _P = r"/compute/v1/projects/(?P<project>[^/]+)"
 PREEMPTION_NOTICE_S = 30.0
+SERIAL_BYTES = 1024 * 1024  # GCE keeps the newest 1 MB of a serial port
 _STOCKOUT_MSG = "The zone '{zone}' does not have enough resources available to fulfill the request."
 
 Json = dict[str, Any]
@@ -179,6 +181,8 @@ class FakeGCE:
         self.retired: list[VmRecord] = []  # VMs whose name a recreated VM took
         # Secret Manager, with the tokens the metadata stand-in mints for a VM's account
         self.secret_manager = secret_manager.FakeSecretManager()
+        # (zone, name) -> what the VM wrote to its serial console (None: every console empty)
+        self.consoles: Callable[[str, str], str] | None = None
         self.iam = iam_credentials.FakeIamCredentials(self.secret_manager.mint_token, clock)
         # images, networks, subnetworks, firewall rules
         self.network = FakeGceNetwork(self._base, self._now)
@@ -451,6 +455,9 @@ class FakeGCE:
         m = re.fullmatch(_P + r"/aggregated/instances", path)
         if m and method == "GET":
             return self._aggregated(q)
+        m = re.fullmatch(_P + r"/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)/serialPort", path)
+        if m and method == "GET":
+            return self._serial_port(m["zone"], m["name"])
         m = re.fullmatch(_P + r"/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)/setMetadata", path)
         if m and method == "POST":
             return self._set_metadata(m["project"], m["zone"], m["name"], body, fault)
@@ -479,6 +486,24 @@ class FakeGCE:
         if answer is not None:
             return _Result(*answer)
         return self._err(404, f"fake_gce: no route for {method} {path}", "notFound")
+
+    def _serial_port(self, zone: str, name: str) -> _Result:
+        """`instances.getSerialPortOutput` (port 1, the console): what the VM wrote there, from
+        `consoles` (the test hosts' hypervisor supplies it), its newest 1 MB as GCE keeps it."""
+        if (zone, name) not in self.instances:
+            return self._not_found(f"projects/-/zones/{zone}/instances/{name}")
+        text = self.consoles(zone, name) if self.consoles else ""
+        data = text.encode("utf-8", "replace")
+        kept = data[-SERIAL_BYTES:].decode("utf-8", "replace")
+        return _Result(
+            200,
+            {
+                "kind": "compute#serialPortOutput",
+                "contents": kept,
+                "start": str(max(0, len(data) - SERIAL_BYTES)),
+                "next": str(len(data)),
+            },
+        )
 
     def _token(self, zone: str, name: str) -> _Result:
         """An access token for the service account the VM runs as (its metadata server's

@@ -17,6 +17,9 @@ moto 5 has no error-injection API for EC2 or Auto Scaling, so this module adds t
   kept as an activity stamped on the stand-in's clock and answered newest first, as AWS keeps
   them (moto itself answers `DescribeScalingActivities` empty). `set_result_delay` makes every
   outcome arrive that many seconds late (`InProgress` until then), as a real group's does.
+* **Consoles** (`serve_consoles`): GetConsoleOutput answers with what each VM wrote to its
+  serial console (the test hosts' hypervisor supplies it), its newest 64 KB as EC2 keeps them;
+  moto alone answers every instance with the same canned text.
 * **Spot warnings** (`spot_notices`): the interruption notice and the rebalance recommendation
   EC2 puts in a spot instance's metadata (`warn_spot`, `recommend_rebalance`), served to the
   IMDS stand-in at `GET /_spot/<instance id>`; at the notice's time the instance is taken.
@@ -43,6 +46,7 @@ Run standalone: `python -m provisioner.testing.moto_faults --port 5000`.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import io
 import json
@@ -128,12 +132,29 @@ class _State:
     # set while a `hold_s` answer is being held (a caller is mid cloud call)
     holding: threading.Event = field(default_factory=threading.Event)
     clock: Callable[[], datetime] | None = None  # the cloud's clock (None: the wall clock)
+    # instance id -> its serial console as the VM wrote it (None: moto's own canned answer)
+    consoles: Callable[[str], str] | None = None
 
     def now(self) -> datetime:
         return self.clock() if self.clock else datetime.now(UTC)
 
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+CONSOLE_BYTES = 64 * 1024  # EC2 keeps the newest 64 KB of a console
+
+
+def _console_answer(instance_id: str, state: _State) -> str:
+    """GetConsoleOutput as EC2 answers it: the console's newest 64 KB, base64, stamped now
+    (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_GetConsoleOutput.html)."""
+    text = state.consoles(instance_id) if state.consoles else ""
+    data = text.encode("utf-8", "replace")[-CONSOLE_BYTES:]
+    stamp = state.now().strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    return (
+        '<GetConsoleOutputResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+        f"<requestId>{uuid.uuid4()}</requestId><instanceId>{escape(instance_id)}</instanceId>"
+        f"<timestamp>{stamp}</timestamp><output>{base64.b64encode(data).decode()}</output>"
+        "</GetConsoleOutputResponse>"
+    )
 
 
 class FaultMiddleware:
@@ -169,6 +190,9 @@ class FaultMiddleware:
                         return self._respond(f, start_response)
                     held = f
                     break
+            if held is None and action == "GetConsoleOutput" and self.state.consoles:
+                iid = params.get("InstanceId", "")
+                return _xml(start_response, 200, _console_answer(iid, self.state))
             if held is None and action == "DescribeScalingActivities":
                 group = params.get("AutoScalingGroupName", "")
                 if self.state.activities.of(group):
@@ -488,6 +512,11 @@ class FaultyMotoServer:
         with self.state.lock:
             self.state.activities.result_delay_s = seconds
 
+    def serve_consoles(self, consoles: Callable[[str], str] | None) -> None:
+        """Answer GetConsoleOutput with what each VM wrote to its console (the test hosts'
+        hypervisor knows it; moto alone answers a canned text)."""
+        self.state.consoles = consoles
+
     def warn_spot(self, instance_id: str, region: str, lead_s: float = NOTICE_S) -> None:
         """EC2's interruption notice for a spot instance: in its metadata from now (the
         stand-in's clock), and the instance taken `lead_s` later."""
@@ -518,6 +547,7 @@ class FaultyMotoServer:
         with self.state.lock:
             self.state.activities.clear()  # moto forgot the groups: their history goes too
         self.state.notices.clear()
+        self.state.consoles = None
 
 
 @contextlib.contextmanager

@@ -180,6 +180,7 @@ def start_host_cluster(
     cloud_reg_addrs: bool = False,
     features: str = "cloud,aws,us-east-1,spot",
     munge_key: Path | None = None,
+    node_mem_mb: int = 1000,
 ) -> HostCluster:
     """A fresh cluster (state purged) for the hosts of `suite`. `cloud_reg_addrs`: slurmctld
     takes NodeAddr from registrations (not the controller's mode)."""
@@ -200,6 +201,7 @@ def start_host_cluster(
         MUNGE_KEY_FROM=str(munge_key or root / "etc" / "munge" / "munge.key"),
         RESUME_TIMEOUT="300",  # above the controller's join timeout (join_world.py)
         CLOUD_REG_ADDRS="1" if cloud_reg_addrs else "0",
+        NODE_MEM=str(node_mem_mb),  # each node's declared RealMemory
     )
     script = REPO / "scripts"
     subprocess.run(
@@ -232,15 +234,22 @@ def host_cluster(test_network: str, suite: str, tmp_path: Path) -> Iterator[Host
 
 
 @pytest.fixture
-def moto_on_test_net(test_network: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def moto_server_on_test_net(
+    test_network: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FaultyMotoServer]:
     """moto's server bound to this machine's address on the tests' /24, never 0.0.0.0."""
     use_test_credentials(monkeypatch)
     server = FaultyMotoServer(host=test_network).start()
     server.reset()
     try:
-        yield server.endpoint
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def moto_on_test_net(moto_server_on_test_net: FaultyMotoServer) -> str:
+    return moto_server_on_test_net.endpoint
 
 
 AGENT_WHEELS = REPO / ".wheelhouse" / "agent"

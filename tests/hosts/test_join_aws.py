@@ -69,6 +69,8 @@ def test_two_vms_join_as_their_own_nodes_run_jobs_and_leave(
                     said_iid, said_node = out.stdout.split()
                     printed[j] = (said_iid, said_node)
                     assert said_iid == iid  # the host it was on says so too
+                    # its hostname is the cloud's (ip-10-77-0-N), not its node's: no matter
+                    assert h.exec("hostname").stdout.strip() != said_node
         assert set(printed) == set(jobs)
         ips = {
             i["InstanceId"]: i["PrivateIpAddress"]
