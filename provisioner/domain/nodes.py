@@ -62,6 +62,8 @@ class Node:
     # Slurm's NodeAddr: where slurmctld sends this node's work ("" when not reported; the
     # node's name while nothing set it)
     address: str = ""
+    # Slurm's Reason for a drained, down or failed node ("" when none): who set it and why
+    reason: str = ""
 
     @property
     def gpus_free(self) -> int:

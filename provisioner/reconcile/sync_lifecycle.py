@@ -65,7 +65,16 @@ def handle_joining(
 ) -> None:
     """Joining: ready once its node registers; terminated if the node goes down, Slurm powers
     it off, or the join timeout passes (a down or timed-out node is failed: its jobs requeue)."""
-    if node is not None and node.state in JOINED:
+    if (
+        node is not None
+        and node.state in (NodeState.DRAINING, NodeState.DRAINED)
+        and not (node.gpus_alloc)
+    ):
+        # drained before it served: only Slurm drains a node mid-join (the controller drains
+        # ready ones), as it does one that registers less than its declaration says
+        why = node.reason or "no reason given"
+        out.kill(view, inst, f"slurm drained {node_name} as it joined: {why}", join=True)
+    elif node is not None and node.state in JOINED:
         out.moves.append(Move(inst.instance_id, S.READY, f"{node_name} registered with slurm"))
     elif node is not None and node.state is NodeState.DOWN:
         out.kill(view, inst, f"{node_name} went down before joining", fail=True, join=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 from provisioner.act.ports import CloudState, OwnedInstance
@@ -318,6 +319,18 @@ def test_join_failures_terminate_and_fail_the_node():
         [node("burst-1", NodeState.DOWN)],
     )
     assert [k.fail_node for k in p.kills] == ["burst-1"]
+
+
+def test_a_node_slurm_drains_as_it_joins_is_a_join_failure_with_slurms_reason():
+    why = "gres/gpu count reported lower than configured (4 < 8)"
+    drained = replace(node("burst-1", NodeState.DRAINED), reason=why)
+    p = sync([record("i-1", S.JOINING, node="burst-1")], [owned("i-1")], [drained])
+    (k,) = p.kills
+    assert k.join_failure and k.instance_id == "i-1" and p.moves == ()
+    assert k.reason == f"slurm drained burst-1 as it joined: {why}"
+    # once serving, a drain is the controller's scale-down, not a failed join
+    p = sync([record("i-1", S.READY, node="burst-1")], [owned("i-1")], [drained])
+    assert [m.to for m in p.moves] == [S.DRAINING] and p.kills == ()
 
 
 def test_scale_down_follows_slurm():

@@ -191,6 +191,7 @@ def test_scontrol_gres_used_and_reason_with_spaces() -> None:
     )
     (n,) = parse_scontrol_nodes(line)
     assert (n.gpus, n.gpus_alloc, n.state, n.weight) == (8, 6, NodeState.DRAINING, 100)
+    assert n.reason == "scale in by burst-ctl"  # Slurm's words, without who and when
     with pytest.raises(SnapshotError, match="no NodeName"):
         parse_scontrol_nodes("Foo=bar State=IDLE")
 

@@ -391,6 +391,7 @@ def _build_node(
     last_busy: float | None,
     cloud_partitions: Collection[str],
     address: str = "",
+    reason: str = "",
 ) -> Node:
     """The Node both readers (JSON and `scontrol -o`) build from the fields they extracted."""
     state = map_node_state(flags)
@@ -408,6 +409,7 @@ def _build_node(
         weight=weight,
         idle_since_ts=last_busy if state is NodeState.IDLE else None,
         address=address,
+        reason=reason,
     )
 
 
@@ -454,6 +456,7 @@ def parse_node(
         last_busy=last_busy,
         cloud_partitions=cloud_partitions,
         address=address,
+        reason=node_reason(_text(rec.get("reason"))),
     )
 
 
@@ -505,6 +508,12 @@ def _kv_line(line: str) -> dict[str, str]:
         elif key is not None:
             out[key] += " " + tok
     return out
+
+
+def node_reason(text: str) -> str:
+    """Slurm's node Reason without the `[user@time]` scontrol appends ("" for none)."""
+    text = re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", text.strip())
+    return "" if text in ("(null)", "none", "None") else text
 
 
 def _scontrol_time(value: str) -> float | None:
@@ -563,6 +572,7 @@ def parse_scontrol_nodes(
                 last_busy=_scontrol_time(kv.get("LastBusyTime", "")),
                 cloud_partitions=cloud_partitions,
                 address=kv.get("NodeAddr", "").strip(),
+                reason=node_reason(kv.get("Reason", "")),
             )
         )
     return tuple(nodes)
