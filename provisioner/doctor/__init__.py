@@ -473,7 +473,11 @@ def run_doctor(
 
     checks += cloud_checks(controller, ports, owned)
     checks += skew_checks(tracker, probes)
-    checks += field_checks(policy, ports, live_conf, resolve=resolve)
+    if settings.slurm_mode == "none" or settings.launcher != "none":
+        why = "no Slurm to join" if settings.slurm_mode == "none" else "VMs played on this host"
+        checks.append(Check("field", "skip", f"{why}: no burst VM of its own joins"))
+    else:
+        checks += field_checks(policy, ports, live_conf, resolve=resolve)
     checks += catalog_checks(policy, catalog)
     checks += budget_checks(policy)
     checks.append(idle_release_check(policy))
