@@ -15,6 +15,14 @@ from provisioner.domain.offers import zone_in_region
 NO_ACCOUNT_TEAM = "no-account"
 
 
+# The most a site could mean: larger money figures are typos or attacks ("1e999999" made
+# /v1/budgets a 2 MB answer), refused with the file and the field.
+MAX_USD_PER_HOUR = Decimal(1_000_000)
+MAX_USD_PER_MONTH = Decimal(1_000_000_000)
+MAX_USD_PER_GPU_HOUR = Decimal(10_000)
+MAX_USD_PER_KWH = Decimal(100)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -44,7 +52,7 @@ class WaitPolicy(Strict):
     time limits are trusted (s = 0).
     """
 
-    usd_per_wait_hour: Decimal | None = Field(default=None, gt=0)
+    usd_per_wait_hour: Decimal | None = Field(default=None, gt=0, le=MAX_USD_PER_HOUR)
     runtime_factor: float = Field(default=0.1, ge=0)
     per_gpu_s: float = Field(default=2772.0, ge=0)
     floor_s: float = Field(default=0.0, ge=0)
@@ -95,8 +103,10 @@ class WaitingPolicies(Strict):
 class OnPrem(Strict):
     gpu_model: str = "A100"
     gpus_per_node: int = Field(default=8, ge=1)
-    amortized_usd_per_gpu_hour: Decimal = Field(default=Decimal("1.20"), ge=0)
-    energy_usd_per_kwh: Decimal = Field(default=Decimal("0.12"), ge=0)
+    amortized_usd_per_gpu_hour: Decimal = Field(
+        default=Decimal("1.20"), ge=0, le=MAX_USD_PER_GPU_HOUR
+    )
+    energy_usd_per_kwh: Decimal = Field(default=Decimal("0.12"), ge=0, le=MAX_USD_PER_KWH)
     equivalent_gpu_models: list[str] = Field(default_factory=list)
     # Partitions whose jobs run on on-prem nodes. Jobs there may burst: the controller adds the
     # pool's partition to a job it bursts (scontrol update), so users keep submitting as before.
@@ -179,11 +189,11 @@ class PoolPolicy(Strict):
 
 
 class TeamBudget(Strict):
-    monthly_usd: Decimal = Field(ge=0)
+    monthly_usd: Decimal = Field(ge=0, le=MAX_USD_PER_MONTH)
 
 
 class Budgets(Strict):
-    global_usd_per_hour: Decimal | None = Field(default=None, ge=0)
+    global_usd_per_hour: Decimal | None = Field(default=None, ge=0, le=MAX_USD_PER_HOUR)
     teams: dict[str, TeamBudget] = Field(default_factory=dict)
     team_of_account: dict[str, str] = Field(default_factory=dict)
 

@@ -33,6 +33,12 @@ def test_shipped_policies_load() -> None:
             "aws",
         ),
         ("budgets: {global_usd_per_hour: -1}", "budgets.global_usd_per_hour", "greater"),
+        # money a site could not mean: refused, not turned into a 2 MB /v1/budgets answer
+        ("budgets: {global_usd_per_hour: '1e999999'}", "budgets.global_usd_per_hour", "less"),
+        ("budgets: {teams: {a: {monthly_usd: 1e12}}}", "budgets.teams.a.monthly_usd", "less"),
+        ("budgets: {global_usd_per_hour: NaN}", "budgets.global_usd_per_hour", "finite"),
+        ("onprem: {energy_usd_per_kwh: 1000}", "onprem.energy_usd_per_kwh", "less"),
+        ("waiting: {default: {usd_per_wait_hour: 1e7}}", "waiting.default.usd_per_wait_hour", "less"),
         (
             "waiting: {default: {runtime_factr: 1}}",
             "waiting.default.runtime_factr",
