@@ -48,9 +48,11 @@ def ts(value: datetime | date | None, name: str) -> float | None:
     try:
         seconds = value.timestamp()
     except (OverflowError, OSError, ValueError) as exc:
-        raise HTTPException(400, f"{name}: not a usable time") from exc
-    if not math.isfinite(seconds):
-        raise HTTPException(400, f"{name}: not a usable time")
+        raise HTTPException(422, f"{name}: not a usable time") from exc
+    if not math.isfinite(seconds) or not 0 <= seconds < MAX_POSIX_S:
+        # a time past year 2286 (9999-12-31T23:59:59-14:00 is in year 10000 UTC, which no
+        # datetime holds) would fail deep in a report as a 500
+        raise HTTPException(422, f"{name}: must fall between 1970 and 2286 (UTC)")
     return seconds
 
 

@@ -17,6 +17,11 @@ BAD_GETS = [
     ("/v1/costs?from=2026-13-40", 422, None),
     ("/v1/costs?from=1e400", 422, None),
     ("/v1/costs?from=-99999999999999999999", 422, None),
+    # year 10000 in UTC: no datetime holds it (a 500 with 5.8 KB of traceback before)
+    ("/v1/costs?to=9999-12-31T23:59:59-14:00", 422, "between 1970 and 2286"),
+    ("/v1/focus.csv?to=9999-12-31T23:59:59-14:00", 422, "between 1970 and 2286"),
+    ("/v1/decisions?from=1969-12-31", 422, "between 1970 and 2286"),
+    ("/v1/costs?from=2300-01-01", 422, "between 1970 and 2286"),
     ("/v1/focus.csv?from=2026-02-01&to=2026-01-01", 400, "after"),
     ("/v1/focus.csv?compat=maybe", 422, None),
     ("/v1/decisions?limit=0", 422, None),

@@ -279,6 +279,14 @@ def test_cross_site_posts_are_refused(fresh: Env):
         follow_redirects=False,
     )
     assert r.status_code == 403 and "set-cookie" not in r.headers
+    # a sandboxed frame on another site posts with `Origin: null`
+    r = fresh.client.post(
+        "/login",
+        data={"token": fresh.tokens["viewer"]},
+        headers={"Origin": "null"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 403 and "set-cookie" not in r.headers
     r = fresh.client.post(
         "/login",
         data={"token": fresh.tokens["viewer"]},

@@ -280,3 +280,33 @@ def test_item4_a_viewer_flooding_iac_review_cannot_slow_the_loop(world):
     assert set(codes) <= {200, 429}, codes
     assert codes.count(200) <= 6, codes  # one caller: at most 6 renders a minute
     w.check_healthy()
+
+
+def test_issue30_far_dates_null_origins_and_a_sign_in_flood(world):
+    """Issue 30's smaller findings, over HTTP: a date in year 10000 UTC is a 422 (it was a 500
+    with 5.8 KB of traceback); a sign-in posted with `Origin: null` is refused; 10,050 viewer
+    sign-ins do not sign the operator out (a global table of 10,000, oldest first, did)."""
+    w = world
+    far = {"to": "9999-12-31T23:59:59-14:00"}
+    for path in ("/v1/costs", "/v1/focus.csv", "/v1/decisions"):
+        r = w.http.get(path, params=far, headers=w.h("viewer"))
+        assert r.status_code == 422 and "between 1970 and 2286" in r.text, (path, r.text)
+
+    def sign_in(who: str, **headers: str) -> httpx.Response:
+        w.http.cookies.clear()
+        r = w.http.post(
+            "/login", data={"token": w.tokens[who]}, headers=headers, follow_redirects=False
+        )
+        w.http.cookies.clear()
+        return r
+
+    refused = sign_in("viewer", Origin="null")
+    assert refused.status_code == 403 and "set-cookie" not in refused.headers
+    operator = sign_in("operator")
+    assert operator.status_code == 303
+    session = operator.cookies["pbc_session"]
+    for _ in range(10_050):
+        assert sign_in("viewer").status_code == 303
+    page = w.http.get("/", cookies={"pbc_session": session}, follow_redirects=False)
+    assert page.status_code == 200, page.status_code  # still signed in: not sent to /login
+    w.check_healthy()

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from provisioner.api.auth import Role, create_token, verify_token
-from provisioner.api.console.sessions import Sessions, can_operate, csrf_ok
+from provisioner.api.console.sessions import (
+    MAX_SESSIONS_PER_TOKEN,
+    Sessions,
+    can_operate,
+    csrf_ok,
+)
 from provisioner.store import Store
 
 
@@ -33,4 +38,22 @@ def test_sessions_expire_and_end_with_their_token(tmp_path):
     s3 = sessions.open(viewer)
     assert sessions.get(s3.session_id, store, now_ts=99.0) is not None
     assert sessions.get(s3.session_id, store, now_ts=100.0) is None
+    store.close()
+
+
+def test_a_flood_of_sign_ins_ends_only_the_floods_own_sessions(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 's.sqlite'}")
+    op = verify_token(store, create_token(store, Role.OPERATOR, "op", 0.0), 1.0)
+    viewer = verify_token(store, create_token(store, Role.VIEWER, "v", 0.0), 1.0)
+    assert op is not None and viewer is not None
+    wall = [1000.0]
+    sessions = Sessions(ttl_s=3600.0, wall=lambda: wall[0])
+    operator = sessions.open(op)
+    flood = []
+    for _ in range(10_000):  # the viewer signs in again and again
+        wall[0] += 0.001
+        flood.append(sessions.open(viewer))
+    assert sessions.get(operator.session_id, store) == operator  # still signed in
+    live = [s for s in flood if sessions.get(s.session_id, store) is not None]
+    assert live == flood[-MAX_SESSIONS_PER_TOKEN:]  # the viewer keeps its newest 20
     store.close()

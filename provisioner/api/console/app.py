@@ -102,11 +102,13 @@ async def _form(request: Request) -> dict[str, str]:
 
     A browser names the page a form came from in `Origin`: a post from another site is refused
     before anything else (defence in depth beside the CSRF token, and the only guard the sign-in
-    form has, as there is no session yet to hold a token)."""
+    form has, as there is no session yet to hold a token). `Origin: null` is refused too: it is
+    what a sandboxed frame or a redirect chain on another site sends. A client that sends no
+    Origin (curl, a script) is no browser a page could drive."""
     origin = request.headers.get("origin")
-    if origin is not None and origin != "null":
+    if origin is not None:
         host = request.headers.get("host", "")
-        if origin.split("://", 1)[-1] != host:
+        if origin == "null" or origin.split("://", 1)[-1] != host:
             raise HTTPException(403, "cross-site form post refused")
     body = await request.body()
     if len(body) > MAX_FORM_BYTES:

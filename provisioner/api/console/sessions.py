@@ -22,7 +22,10 @@ from provisioner.ports.store import TokenRepo
 
 COOKIE = "pbc_session"
 DEFAULT_TTL_S = 12 * 3600.0
-MAX_SESSIONS = 10_000
+# Sessions one token may hold at once: its 21st sign-in ends its own oldest session, never
+# another token's (a global cap, oldest first, let 10,000 viewer sign-ins sign the operator
+# out). Tokens are made by admins, so the table stays bounded by tokens x this.
+MAX_SESSIONS_PER_TOKEN = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +55,9 @@ class Sessions:
         )
         with self._lock:
             self._drop_expired(now)
-            if len(self._items) >= MAX_SESSIONS:  # bound memory: the oldest goes first
-                oldest = min(self._items.values(), key=lambda x: x.expires_at)
+            mine = [x for x in self._items.values() if x.principal.token_id == principal.token_id]
+            if len(mine) >= MAX_SESSIONS_PER_TOKEN:
+                oldest = min(mine, key=lambda x: x.expires_at)
                 del self._items[oldest.session_id]
             self._items[s.session_id] = s
         return s
