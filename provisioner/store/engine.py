@@ -3,8 +3,10 @@ and the write-transaction / read-session pair every store concern builds on."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, select
@@ -21,6 +23,22 @@ from provisioner.store.models import _table
 DEFAULT_URL = "sqlite:///provisioner.sqlite"
 
 
+def owner_only(path: Path) -> None:
+    """The store's file readable by its owner alone (it holds token hashes and every dollar):
+    made so when it is created, and tightened when found open to others. SQLite gives its -wal
+    and -shm files the database file's mode. Its folder is the user's and is left as it is."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        st = path.stat()
+        if st.st_uid == os.getuid() and st.st_mode & 0o077:
+            path.chmod(0o600)
+    except OSError:
+        return  # a missing folder: SQLite says so, naming the file, when it connects
+    else:
+        os.close(fd)
+
+
 def make_engine(url: str, *, echo: bool = False) -> Engine:
     """An engine for `url`. SQLite files get WAL, foreign keys and a busy timeout; in-memory
     SQLite shares one connection so every session sees the same database."""
@@ -28,6 +46,8 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
     if u.get_backend_name() != "sqlite":
         return create_engine(url, echo=echo, pool_pre_ping=True)
     memory = u.database in (None, "", ":memory:")
+    if not memory and u.database and not u.database.startswith("file:"):
+        owner_only(Path(u.database))
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
     if memory:
         kwargs["poolclass"] = StaticPool
