@@ -30,7 +30,7 @@ from tests.hosts.join_world import subnet_on_test_net as subnet_on
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.aws, pytest.mark.slurm, pytest.mark.e2e]
 
-JOIN_TIMEOUT_S = 90.0  # slurmd gives up on a missing device file after 20 s
+JOIN_TIMEOUT_S = 60.0  # slurmd gives up on a missing device file after 20 s
 TIB_MB = 4 * 1024 * 1024
 CASES = {
     # kind: (declared MiB per node, GPU device files on the VM, the reason's words)

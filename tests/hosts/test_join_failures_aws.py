@@ -39,7 +39,7 @@ from tests.hosts.join_world import (
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.aws, pytest.mark.slurm, pytest.mark.e2e]
 
-JOIN_TIMEOUT_S = 75.0  # every VM here fails within ~35 s of booting; none would ever join
+JOIN_TIMEOUT_S = 50.0  # every VM here fails within ~30 s of booting; none would ever join
 NOBODY = f"{hosts.SUBNET}.250"  # an address on the /24 that no host holds
 BROKEN_UNIT = "/etc/systemd/system/slurmd.service.d/zz-broken.conf"
 BROKEN = "[Service]\nExecStart=\nExecStart=/bin/sh -c 'echo slurmd: fatal: bad image; exit 1'\n"
