@@ -65,13 +65,10 @@ def handle_joining(
 ) -> None:
     """Joining: ready once its node registers; terminated if the node goes down, Slurm powers
     it off, or the join timeout passes (a down or timed-out node is failed: its jobs requeue)."""
-    if (
-        node is not None
-        and node.state in (NodeState.DRAINING, NodeState.DRAINED)
-        and not (node.gpus_alloc)
-    ):
-        # drained before it served: only Slurm drains a node mid-join (the controller drains
-        # ready ones), as it does one that registers less than its declaration says
+    if node is not None and node.state is NodeState.DRAINED:
+        # drained (and idle: no job runs there) before it served: only Slurm drains a node
+        # mid-join (the controller drains ready ones), as it does one that registers less than
+        # its declaration says
         why = node.reason or "no reason given"
         out.kill(view, inst, f"slurm drained {node_name} as it joined: {why}", join=True)
     elif node is not None and node.state in JOINED:
