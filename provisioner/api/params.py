@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime, time
 from typing import Annotated, Any
 
 from fastapi import HTTPException, Query
+from fastapi.exceptions import RequestValidationError
 from pydantic import BeforeValidator
 
 from provisioner.api.deps import ApiDeps
@@ -47,12 +48,22 @@ def ts(value: datetime | date | None, name: str) -> float | None:
         value = value.replace(tzinfo=UTC)
     try:
         seconds = value.timestamp()
-    except (OverflowError, OSError, ValueError) as exc:
-        raise HTTPException(422, f"{name}: not a usable time") from exc
+    except (OverflowError, OSError, ValueError):
+        seconds = math.inf
     if not math.isfinite(seconds) or not 0 <= seconds < MAX_POSIX_S:
         # a time past year 2286 (9999-12-31T23:59:59-14:00 is in year 10000 UTC, which no
-        # datetime holds) would fail deep in a report as a 500
-        raise HTTPException(422, f"{name}: must fall between 1970 and 2286 (UTC)")
+        # datetime holds) would fail deep in a report as a 500: refused as FastAPI refuses any
+        # other bad query value, so the 422 has the schema's shape
+        raise RequestValidationError(
+            [
+                {
+                    "type": "value_error",
+                    "loc": ("query", name),
+                    "msg": f"{name}: must fall between 1970 and 2286 (UTC)",
+                    "input": str(value),
+                }
+            ]
+        )
     return seconds
 
 

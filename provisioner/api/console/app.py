@@ -123,7 +123,10 @@ async def _form(request: Request) -> dict[str, str]:
 def _secure(resp: Response) -> Response:
     resp.headers["Content-Security-Policy"] = CSP
     resp.headers["X-Content-Type-Options"] = "nosniff"
-    resp.headers["Referrer-Policy"] = "no-referrer"
+    # same-origin, not no-referrer: under no-referrer a browser posts the console's own forms
+    # with `Origin: null`, which the sign-in must refuse (it is what a foreign sandboxed frame
+    # sends); another site still gets no Referer
+    resp.headers["Referrer-Policy"] = "same-origin"
     resp.headers["Cache-Control"] = "no-store"
     return resp
 
