@@ -38,7 +38,11 @@ def test_shipped_policies_load() -> None:
         ("budgets: {teams: {a: {monthly_usd: 1e12}}}", "budgets.teams.a.monthly_usd", "less"),
         ("budgets: {global_usd_per_hour: NaN}", "budgets.global_usd_per_hour", "finite"),
         ("onprem: {energy_usd_per_kwh: 1000}", "onprem.energy_usd_per_kwh", "less"),
-        ("waiting: {default: {usd_per_wait_hour: 1e7}}", "waiting.default.usd_per_wait_hour", "less"),
+        (
+            "waiting: {default: {usd_per_wait_hour: 1e7}}",
+            "waiting.default.usd_per_wait_hour",
+            "less",
+        ),
         (
             "waiting: {default: {runtime_factr: 1}}",
             "waiting.default.runtime_factr",
