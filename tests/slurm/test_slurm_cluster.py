@@ -142,7 +142,8 @@ def _boot(c: Cluster, name: str) -> None:
     """Controller-driven power-up: `scontrol update state=power_up`; Slurm calls ResumeProgram,
     the handoff reaches the launcher, slurmd registers."""
     c.control.power_up(name)
-    c.wait(f"{name} to join", lambda s: node(s, name).state is NodeState.IDLE, timeout=30)
+    # 60 s: under the full suite on 2 cores a join once took past 30 s (alone: a few seconds)
+    c.wait(f"{name} to join", lambda s: node(s, name).state is NodeState.IDLE, timeout=60)
 
 
 def test_power_down_asap_lets_the_running_job_finish(cluster: Cluster) -> None:
