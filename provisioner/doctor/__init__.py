@@ -60,6 +60,7 @@ class SlurmFacts:
     def __init__(self, runner: CommandRunner, timeout_s: float = 10.0) -> None:
         self.runner = runner
         self.timeout_s = timeout_s
+        self._config: tuple[bool, str] | None = None
 
     def run(self, *argv: str) -> tuple[bool, str]:
         try:
@@ -71,6 +72,12 @@ class SlurmFacts:
         if not res.ok:
             return False, res.describe()
         return True, res.stdout
+
+    def config(self) -> tuple[bool, str]:
+        """`scontrol show config`, asked once: the hooks and the field checks both read it."""
+        if self._config is None:
+            self._config = self.run("scontrol", "show", "config")
+        return self._config
 
 
 def slurm_checks(facts: SlurmFacts, policy: Policy) -> list[Check]:
@@ -149,7 +156,7 @@ def pool_check(
 
 
 def hooks_check(facts: SlurmFacts) -> Check:
-    ok, text = facts.run("scontrol", "show", "config")
+    ok, text = facts.config()
     if not ok:
         return Check("slurm power-saving hooks", "warn", text)
     conf = slurm_config(text)
@@ -452,7 +459,7 @@ def run_doctor(
         )
         facts = SlurmFacts(r, min(10.0, settings.slurm_timeout_s))
         checks += slurm_checks(facts, policy)
-        ok, text = facts.run("scontrol", "show", "config")
+        ok, text = facts.config()
         live_conf = slurm_config(text) if ok else None
     try:
         ports = clouds if clouds is not None else build_clouds(settings, policy)
