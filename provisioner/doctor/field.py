@@ -20,9 +20,10 @@ from ipaddress import ip_address
 
 from provisioner.act.field_preflight import SlurmNet
 from provisioner.act.ports import CloudPorts
+from provisioner.act.specs import NodeImages
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.checks import Check
-from provisioner.domain.errors import InvalidArgument
+from provisioner.domain.errors import InvalidArgument, UnknownName
 from provisioner.domain.reachability import Address
 from provisioner.register.slurm_conf import SRUN_PORT_RANGE, port_range
 
@@ -104,14 +105,15 @@ def resolve_controller(host: str, resolve: Resolver) -> tuple[Address | None, Ch
 
 
 def pool_images(policy: Policy, pool: PoolPolicy) -> dict[str, str]:
-    """Region -> the image the pool's VMs boot there ("" where none is configured)."""
+    """Region -> the image the pool's VMs boot there ("" where none is configured), chosen as
+    the specs choose it (`pools[].image`, else `node.images`)."""
+    images = NodeImages({pool.cloud: pool.image} if pool.image else policy.node.images)
     out: dict[str, str] = {}
     for region in pool.regions:
-        if pool.image:
-            out[region] = pool.image
-            continue
-        images = policy.node.images
-        out[region] = images.get(f"{pool.cloud}/{region}") or images.get(pool.cloud) or ""
+        try:
+            out[region] = images.for_(pool.cloud, region)
+        except UnknownName:
+            out[region] = ""
     return out
 
 
