@@ -23,7 +23,13 @@ from provisioner.act.aws import AwsClients
 from provisioner.act.field_preflight import Missing, SlurmNet
 from provisioner.config.models import NodeBootstrap, PoolPolicy
 from provisioner.domain.checks import Check
-from provisioner.domain.reachability import Network, Rule, reach_check, slurm_flows
+from provisioner.domain.reachability import (
+    Network,
+    Rule,
+    reach_check,
+    rule_protocol,
+    slurm_flows,
+)
 
 SESSION = "gpu-burst-preflight"
 
@@ -249,10 +255,6 @@ class AwsFieldPreflight:
         return Check(name, "ok", f"{role_arn} read {parameter} ({len(value)} characters)")
 
 
-def _protocol(p: str) -> str:
-    return {"-1": "all", "tcp": "tcp", "6": "tcp"}.get(str(p), str(p))
-
-
 def _group_rules(groups: Sequence[Any], own: set[str], subnets: Sequence[Network]) -> list[Rule]:
     """A security group's permissions as rules; a permission that names one of the VM's own
     groups lets in every VM of the pool, so it stands for the pool's subnets."""
@@ -264,7 +266,7 @@ def _group_rules(groups: Sequence[Any], own: set[str], subnets: Sequence[Network
                 peers += [ip_network(r["CidrIpv6"]) for r in perm.get("Ipv6Ranges", [])]
                 if any(p.get("GroupId") in own for p in perm.get("UserIdGroupPairs", [])):
                     peers += list(subnets)
-                proto = _protocol(perm.get("IpProtocol", "-1"))
+                proto = rule_protocol(perm.get("IpProtocol", "-1"))
                 ports = None if proto == "all" else (perm["FromPort"], perm["ToPort"])
                 rules.append(Rule(direction, proto, ports, tuple(peers), name=g["GroupId"]))  # type: ignore[arg-type]
     return rules
@@ -276,7 +278,7 @@ def _acl_rules(acl: Any) -> list[Rule]:
         cidr = e.get("CidrBlock") or e.get("Ipv6CidrBlock")
         if not cidr:
             continue
-        proto = _protocol(e.get("Protocol", "-1"))
+        proto = rule_protocol(e.get("Protocol", "-1"))
         pr = e.get("PortRange")
         ports = (pr["From"], pr["To"]) if pr and proto != "all" else None
         rules.append(

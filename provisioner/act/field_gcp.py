@@ -29,7 +29,13 @@ from provisioner.act.field_preflight import Missing, SlurmNet
 from provisioner.act.gcp import GcpClients
 from provisioner.config.models import NodeBootstrap, PoolPolicy
 from provisioner.domain.checks import Check
-from provisioner.domain.reachability import Network, Rule, reach_check, slurm_flows
+from provisioner.domain.reachability import (
+    Network,
+    Rule,
+    reach_check,
+    rule_protocol,
+    slurm_flows,
+)
 
 ANYWHERE: tuple[Network, ...] = (ip_network("0.0.0.0/0"), ip_network("::/0"))
 # GCE's implied rules, below every rule of the network (priority 65535)
@@ -272,7 +278,7 @@ def _rules(rule: Any, subnet: Network, tags: set[str], account: str) -> list[Rul
     priority = rule.priority if "priority" in rule else 1000
     out: list[Rule] = []
     for spec in list(rule.allowed) or list(rule.denied):
-        proto = {"all": "all", "tcp": "tcp", "6": "tcp"}.get(spec.I_p_protocol.lower(), "other")
+        proto = rule_protocol(spec.I_p_protocol)
         ranges = [_ports(p) for p in spec.ports] if proto != "all" and spec.ports else [None]
         for ports in ranges:
             out.append(

@@ -49,6 +49,12 @@ class Flow:
         return Flow(f"{self.purpose} (the answer)", other, self.peer, EPHEMERAL)
 
 
+def rule_protocol(name: str) -> str:
+    """A cloud's protocol field as a rule's: "all" (AWS "-1", GCE "all"), "tcp" ("tcp" or its
+    number, 6), else "other", which never matches a TCP flow."""
+    return {"-1": "all", "all": "all", "tcp": "tcp", "6": "tcp"}.get(str(name).lower(), "other")
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     direction: Direction
