@@ -267,7 +267,8 @@ def _group_rules(groups: Sequence[Any], own: set[str], subnets: Sequence[Network
                 if any(p.get("GroupId") in own for p in perm.get("UserIdGroupPairs", [])):
                     peers += list(subnets)
                 proto = rule_protocol(perm.get("IpProtocol", "-1"))
-                ports = None if proto == "all" else (perm["FromPort"], perm["ToPort"])
+                # only a TCP rule's ports matter; others (ESP, GRE) may carry none at all
+                ports = (perm["FromPort"], perm["ToPort"]) if proto == "tcp" else None
                 rules.append(Rule(direction, proto, ports, tuple(peers), name=g["GroupId"]))  # type: ignore[arg-type]
     return rules
 

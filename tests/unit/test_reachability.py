@@ -77,3 +77,15 @@ def test_a_stateless_layer_needs_the_answers_way_back() -> None:
 
 def test_ports_are_shown_as_slurm_writes_them() -> None:
     assert show_ports([(6817, 6817), (60001, 63000)]) == "6817,60001-63000"
+
+
+def test_a_group_rule_for_a_protocol_without_ports_is_read_and_never_matches() -> None:
+    from ipaddress import ip_network as net
+
+    from provisioner.act.field_aws import _group_rules
+
+    esp = {"IpProtocol": "50", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}  # EC2 gives no ports
+    (rule,) = _group_rules([{"GroupId": "sg-1", "IpPermissions": [esp]}], {"sg-1"}, [])
+    assert rule.protocol == "other" and rule.ports is None
+    assert closed_ports(FLOWS[1], [rule]) == [(6818, 6818)]
+    assert net("0.0.0.0/0") in rule.peers
