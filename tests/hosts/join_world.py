@@ -20,6 +20,7 @@ from provisioner.config import load_policy
 from provisioner.config.models import PoolPolicy
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.jobs import JobState
+from provisioner.domain.plan import ReasonCode
 from provisioner.store import Store
 from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms
@@ -184,6 +185,15 @@ def job_state(c: Controller, job_id: str) -> JobState | None:
     snap = c.reconciler.last_snapshot
     j = next((j for j in snap.jobs if j.job_id == job_id), None) if snap else None
     return j.state if j is not None else None
+
+
+def join_failure_decisions(c: Controller, instance_id: str) -> list[Any]:
+    """The controller's join_timeout decisions about one instance, newest first."""
+    return [
+        d
+        for d in c.store.decisions(limit=50)
+        if d.reason == ReasonCode.JOIN_TIMEOUT and d.decision.instance == instance_id
+    ]
 
 
 def all_ended(c: Controller) -> bool:

@@ -21,11 +21,17 @@ import pytest
 
 from provisioner.act.ports import TAG_CONTROLLER
 from provisioner.domain.instances import CloudInstance
-from provisioner.domain.plan import ReasonCode
 from provisioner.testing.cloud_vms import CloudVms, host_files, imds_sidecar, moto_lister
 from provisioner.testing.moto_faults import FaultyMotoServer
 from tests.hosts.conftest import HostCluster, host_root, start_host_cluster
-from tests.hosts.join_world import REGION, Driver, S, ec2_client, make_controller
+from tests.hosts.join_world import (
+    REGION,
+    Driver,
+    S,
+    ec2_client,
+    join_failure_decisions,
+    make_controller,
+)
 from tests.hosts.join_world import subnet_on_test_net as subnet_on
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.aws, pytest.mark.slurm, pytest.mark.e2e]
@@ -97,11 +103,7 @@ def test_a_vm_unlike_its_declaration_is_ended_with_the_reason(
         else:
             assert "FAILED slurmd: slurmd did not start" in ending.reason
             assert ending.at_ts - launched <= JOIN_TIMEOUT_S + 15
-        (d,) = [
-            d
-            for d in c.store.decisions(limit=50)
-            if d.reason == ReasonCode.JOIN_TIMEOUT and d.decision.instance == first.instance_id
-        ]
+        (d,) = join_failure_decisions(c, first.instance_id)
         assert words in d.decision.detail["why"]
     finally:
         vms.close()

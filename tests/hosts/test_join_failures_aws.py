@@ -23,7 +23,6 @@ import pytest
 
 from provisioner.act.ports import TAG_CONTROLLER
 from provisioner.bootstrap import Controller
-from provisioner.domain.plan import ReasonCode
 from provisioner.testing import hosts
 from provisioner.testing.cloud_vms import CloudVms, host_files, imds_sidecar, moto_lister
 from provisioner.testing.moto_faults import FaultyMotoServer
@@ -33,6 +32,7 @@ from tests.hosts.join_world import (
     Driver,
     S,
     ec2_client,
+    join_failure_decisions,
     make_controller,
     subnet_on_test_net,
 )
@@ -138,11 +138,7 @@ def test_a_vm_that_cannot_join_is_ended_at_its_timeout_with_the_reason_from_its_
 
         # the reason, on the instance and on the decision
         assert s.expect in ending.reason, (name, ending.reason)
-        decided = [
-            d
-            for d in c.store.decisions(limit=50)
-            if d.reason == ReasonCode.JOIN_TIMEOUT and d.decision.instance == first.instance_id
-        ]
+        decided = join_failure_decisions(c, first.instance_id)
         assert decided and s.expect in decided[0].decision.detail["why"], decided
         assert first.instance_id in vms.booted  # it did boot: the failure is its own
     finally:

@@ -41,6 +41,7 @@ from tests.hosts.join_world import (
     job_state,
     make_controller,
     node_profile,
+    subnet_on_test_net,
 )
 
 pytestmark = [pytest.mark.testhosts, pytest.mark.aws, pytest.mark.slurm, pytest.mark.e2e]
@@ -94,10 +95,8 @@ def test_the_controller_bursts_joins_and_ends_a_vm_with_the_field_policy_alone(
         trusts=(f"arn:aws:iam::{ACCOUNT}:user/{CONTROLLER_USER}",),
     )  # fmt: skip
     ec2 = aws_client("ec2", endpoint, admin)
-    vpc = ec2.create_vpc(CidrBlock=f"{hosts.SUBNET}.0/24")["Vpc"]["VpcId"]
-    subnet = ec2.create_subnet(
-        VpcId=vpc, CidrBlock=f"{hosts.SUBNET}.0/24", AvailabilityZone=f"{REGION}a"
-    )["Subnet"]["SubnetId"]
+    subnet = subnet_on_test_net(ec2)
+    vpc = ec2.describe_subnets(SubnetIds=[subnet])["Subnets"][0]["VpcId"]
     group = ec2.create_security_group(
         GroupName="gpu-burst-nodes", Description="burst nodes", VpcId=vpc
     )["GroupId"]
