@@ -50,6 +50,11 @@ def catalog_csv() -> Path:
     return policies_dir() / "catalog" / "gpu_offers.csv"
 
 
+def board_power_csv() -> Path:
+    """Board power per GPU model, cited to the vendors' datasheets (see policies/catalog)."""
+    return policies_dir() / "catalog" / "gpu_board_power.csv"
+
+
 def policypack_dir() -> Path:
     """The CrossGuard policy pack that judges IaC reviews."""
     return policies_dir() / "policypack"
