@@ -477,8 +477,9 @@ class TelemetryRepo(Protocol):
 
     def upsert_telemetry(self, node: str, samples: Iterable[GpuSample], received_ts: float) -> int:
         """Keep the latest sample of each GPU of `node` (by index), all or nothing: a sample
-        older than the one stored never overwrites it (one as old does). Returns how many of
-        the samples given were kept."""
+        older than the one stored never overwrites it (one as old does). The node's GPU set is
+        its latest sample's: stored GPUs of `node` that the samples lack, and no newer than
+        them, are forgotten. Returns how many of the samples given were kept."""
         ...
 
     def prune_telemetry(self, before_ts: float) -> int:

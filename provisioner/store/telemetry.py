@@ -23,9 +23,18 @@ class TelemetryStore(LedgerStore, TelemetryRepo):
     # ------------------------------------------------------------------ telemetry
 
     def upsert_telemetry(self, node: str, samples: Iterable[GpuSample], received_ts: float) -> int:
+        given = list(samples)
         n = 0
         with self.transaction() as s:
-            for g in samples:
+            if given:
+                s.execute(
+                    delete(TelemetryRow).where(
+                        TelemetryRow.node == node,
+                        TelemetryRow.gpu_index.not_in([g.index for g in given]),
+                        TelemetryRow.sampled_ts <= max(g.sampled_ts for g in given),
+                    )
+                )
+            for g in given:
                 row = s.get(TelemetryRow, (node, g.index))
                 if row is None:
                     row = TelemetryRow(node=node, gpu_index=g.index)

@@ -97,6 +97,21 @@ def test_an_older_sample_never_overwrites(tel: TelemetryRepo) -> None:
     ]
 
 
+def test_a_node_holds_the_gpus_of_its_latest_sample_only(tel: TelemetryRepo) -> None:
+    # Issue 30: 64 phantom GPUs pushed once must not stay listed (and billed) for a week.
+    tel.upsert_telemetry("gpu-1", [gpu(i, T0) for i in range(8, 72)], T0)
+    tel.upsert_telemetry("gpu-2", [gpu(0, T0)], T0)
+    assert tel.upsert_telemetry("gpu-1", [gpu(0, T0 + 15), gpu(1, T0 + 15)], T0 + 16) == 2
+    assert tel.telemetry("gpu-1") == [
+        NodeTelemetry("gpu-1", T0 + 16, (gpu(0, T0 + 15), gpu(1, T0 + 15)))
+    ]
+    # An older sample lacking GPU 1 forgets nothing newer than itself.
+    assert tel.upsert_telemetry("gpu-1", [gpu(0, T0 + 5)], T0 + 20) == 0
+    assert [g.index for t in tel.telemetry("gpu-1") for g in t.gpus] == [0, 1]
+    # Another node's GPUs are untouched.
+    assert tel.telemetry("gpu-2") == [NodeTelemetry("gpu-2", T0, (gpu(0, T0),))]
+
+
 def test_telemetry_by_node_then_gpu_index(tel: TelemetryRepo) -> None:
     tel.upsert_telemetry("gpu-2", [gpu(1, T0), gpu(0, T0)], T0 + 1)
     tel.upsert_telemetry("gpu-1", [gpu(0, T0 + 5)], T0 + 6)

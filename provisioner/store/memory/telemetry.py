@@ -44,9 +44,19 @@ class MemoryTelemetryRepo(TelemetryRepo):
     # ------------------------------------------------------------------ telemetry
 
     def upsert_telemetry(self, node: str, samples: Iterable[GpuSample], received_ts: float) -> int:
+        given = list(samples)
         staged: dict[tuple[str, int], _Kept[GpuSample]] = {}
         n = 0
-        for g in samples:
+        if given:
+            newest = max(g.sampled_ts for g in given)
+            indexes = {int(g.index) for g in given}
+            for key in [
+                k
+                for k, kept in self._gpus.items()
+                if k[0] == node and k[1] not in indexes and kept.value.sampled_ts <= newest
+            ]:
+                del self._gpus[key]
+        for g in given:
             key = (node, int(g.index))
             old = staged.get(key) or self._gpus.get(key)
             if old is not None and old.value.sampled_ts > g.sampled_ts:
