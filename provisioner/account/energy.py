@@ -18,9 +18,11 @@ is longer than `max_power_gap_s` (the agent was away; power at its two ends says
 the time between) is skipped, not guessed; so is any window longer than the policy's
 `telemetry.max_energy_gap_s`, one that starts in a closed billing period (a month before the
 current one, once `PERIOD_CLOSE_GRACE_S` of the new month has passed), and one whose samples lie
-outside 1970-2286. No GPU is believed to draw more than `telemetry.max_power_w`, so no row can
-hold more than that power for that gap. A window worth less than a micro-dollar keeps its
-watermark, so it is billed with the next one instead of being rounded away.
+outside 1970-2286. No GPU is believed to draw more than its model's board power
+(`power_bound_w`, from the Slurm GPU type and the catalog's board power table) or, for a node
+not given there, `telemetry.max_power_w`: no row holds more than that power for that gap. A
+window worth less than a micro-dollar keeps its watermark, so it is billed with the next one
+instead of being rounded away.
 
 Burst nodes are not billed here: the cloud's price includes their power. Nodes are taken as
 on-prem unless a stored cloud instance carries their name, or pass `onprem_nodes`.
@@ -28,7 +30,7 @@ on-prem unless a stored cloud instance carries their name, or pass `onprem_nodes
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
@@ -109,9 +111,11 @@ def bill_energy(
     *,
     onprem_nodes: Collection[str] | None = None,
     max_power_gap_s: float = DEFAULT_MAX_POWER_GAP_S,
+    power_bound_w: Mapping[str, float] | None = None,
 ) -> EnergyResult:
     """Bill the energy every on-prem GPU used since its watermark (see the module docstring).
-    Samples stamped after `now_ts` wait for a later pass."""
+    Samples stamped after `now_ts` wait for a later pass. `power_bound_w`: the most one GPU of
+    each node can draw (W); a node not named there is bounded by `telemetry.max_power_w`."""
     burst = burst_node_names(store) if onprem_nodes is None else set()
     result = EnergyResult()
     closed_before = month_start(now_ts - PERIOD_CLOSE_GRACE_S)
@@ -120,7 +124,16 @@ def bill_energy(
             continue
         if nt.node in burst:
             continue
-        result = result + _bill_node(store, policy, nt, now_ts, max_power_gap_s, closed_before)
+        bound = (power_bound_w or {}).get(nt.node, policy.telemetry.max_power_w)
+        result = result + _bill_node(
+            store,
+            policy,
+            nt,
+            now_ts,
+            min(bound, policy.telemetry.max_power_w),
+            max_power_gap_s,
+            closed_before,
+        )
     return result
 
 
@@ -137,6 +150,7 @@ def _bill_node(
     policy: Policy,
     nt: NodeTelemetry,
     now_ts: float,
+    max_power_w: float,
     max_power_gap_s: float,
     closed_before: float,
 ) -> EnergyResult:
@@ -161,7 +175,7 @@ def _bill_node(
             moves.append((prev, cur))
             skipped += 1
             continue
-        est = gpu_energy_kwh(_as_reading(prev, g), g, elapsed, max_plausible_w=limits.max_power_w)
+        est = gpu_energy_kwh(_as_reading(prev, g), g, elapsed, max_plausible_w=max_power_w)
         if est.method == "none" or (est.method == "power" and elapsed > max_power_gap_s):
             moves.append((prev, cur))
             skipped += 1

@@ -15,6 +15,7 @@ from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.records import JobUsage
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.observe.slurm.usage import UsageTracker
+from provisioner.plan.board_power import node_power_bounds
 from provisioner.ports.store import InstanceRepo, Ledger, TelemetryRepo
 from provisioner.reconcile.context import PassReport
 
@@ -56,7 +57,13 @@ class AccountingStep:
         report.ledger_usd = res.cost
         onprem = {n.name for n in view.nodes if n.kind is NodeKind.ONPREM}
         if onprem and not view.stale:
-            energy = bill_energy(self.store, self.policy, now, onprem_nodes=onprem)
+            energy = bill_energy(
+                self.store,
+                self.policy,
+                now,
+                onprem_nodes=onprem,
+                power_bound_w=node_power_bounds(view.nodes, self.policy.telemetry.max_power_w),
+            )
             report.ledger_rows += energy.rows
             report.ledger_usd += energy.cost
         self._prune(now)

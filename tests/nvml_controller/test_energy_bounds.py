@@ -83,6 +83,22 @@ def test_a_counter_delta_over_the_power_bound_falls_back_to_plausible_power(stor
     assert energy_total(store) == Decimal("0.080000")
 
 
+def test_energy_is_never_above_the_models_board_power_times_the_time(store):
+    # Issue 30: a counter claiming 4,999 W for an hour on an A100 (400 W board) is not
+    # believed; power (390 W, read at both ends) is: 0.39 kWh x $0.20 = $0.078.
+    policy = make_policy()
+    bounds = {"onprem-1": 400.0}
+    push(store, "onprem-1", s(T0, energy_mj=0, power_w=390.0))
+    bill_energy(store, policy, T0, power_bound_w=bounds)
+    push(store, "onprem-1", s(T0 + H, energy_mj=4999 * 1000 * H, power_w=390.0))
+    bill_energy(store, policy, T0 + H, power_bound_w=bounds)
+    assert energy_total(store) == Decimal("0.078000")
+    # The same counter within the board power (399 W for the next hour) is billed as counted.
+    push(store, "onprem-1", s(T0 + 2 * H, energy_mj=(4999 + 399) * 1000 * H, power_w=390.0))
+    bill_energy(store, policy, T0 + 2 * H, power_bound_w=bounds)
+    assert energy_total(store) == Decimal("0.078000") + Decimal("0.079800")
+
+
 def test_gaps_longer_than_the_maximum_are_not_billed(store):
     policy = make_policy()  # max_energy_gap_s: 4 h
     push(store, "onprem-1", s(T0, energy_mj=0))
