@@ -158,6 +158,10 @@ class Nvml(Protocol):
         """Milliwatts."""
         ...
 
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: object) -> int:
+        """Milliwatts: the power cap the driver enforces now."""
+        ...
+
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: object) -> int:
         """Millijoules since the driver was last loaded."""
         ...
@@ -288,6 +292,12 @@ class PynvmlBackend:
     def nvmlDeviceGetPowerUsage(self, handle: object) -> int:
         return self._call(
             "nvmlDeviceGetPowerUsage", lambda m: int(m.nvmlDeviceGetPowerUsage(handle))
+        )
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: object) -> int:
+        return self._call(
+            "nvmlDeviceGetEnforcedPowerLimit",
+            lambda m: int(m.nvmlDeviceGetEnforcedPowerLimit(handle)),
         )
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: object) -> int:

@@ -69,6 +69,7 @@ class FakeGpu:
     mem_total_mib: int = 81920
     mem_used_mib: int = 0
     power_mw: int = 60_000
+    power_limit_mw: int = 400_000
     energy_mj: int = 1_000_000
     temperature_c: int = 35
     sm_clock_mhz: int = 1410
@@ -230,6 +231,9 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, handle: object) -> int:
         return self._gpu("nvmlDeviceGetPowerUsage", handle).power_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: object) -> int:
+        return self._gpu("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: object) -> int:
         return self._gpu("nvmlDeviceGetTotalEnergyConsumption", handle).energy_mj

@@ -337,6 +337,7 @@ class NvmlSampler:
         util = None if mig_enabled else r.get("util", lambda: nvml.nvmlDeviceGetUtilizationRates(h))
         used, free, total = _mem_fields(r.get("memory", lambda: nvml.nvmlDeviceGetMemoryInfo(h)))
         power_mw = r.get("power", lambda: nvml.nvmlDeviceGetPowerUsage(h))
+        limit_mw = r.get("power_limit", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h))
         energy = r.get("energy", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h))
         temp = r.get("temperature", lambda: nvml.nvmlDeviceGetTemperature(h, NVML_TEMPERATURE_GPU))
         sm_clock = r.get("sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, NVML_CLOCK_SM))
@@ -397,6 +398,7 @@ class NvmlSampler:
             mem_free_mib=free,
             mem_total_mib=total,
             power_w=power_mw / 1000.0 if power_mw is not None else None,
+            power_limit_w=limit_mw / 1000.0 if limit_mw is not None else None,
             energy_mj=energy,
             temperature_c=float(temp) if temp is not None else None,
             sm_clock_mhz=sm_clock,

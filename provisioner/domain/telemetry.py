@@ -63,6 +63,9 @@ class GpuReading(_Model):
     mem_free_mib: Mib | None = None
     mem_total_mib: Mib | None = None
     power_w: float | None = Field(default=None, ge=0, le=MAX_W)
+    power_limit_w: float | None = Field(
+        default=None, ge=0, le=MAX_W, description="Enforced power limit (W); lowers the bound."
+    )
     energy_mj: int | None = Field(
         default=None, ge=0, lt=2**64, description="Energy counter since driver load."
     )
