@@ -14,8 +14,10 @@ from fastapi import Request
 
 from provisioner.account.focus import FocusOptions
 from provisioner.api.edge import DEFAULT_MAX_BODY_BYTES
+from provisioner.api.telemetry_guard import TelemetryGuardStats
 from provisioner.clock import Clock
 from provisioner.config.models import Policy
+from provisioner.domain.gpu_power import BoardPower
 from provisioner.domain.plan import Plan
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.observe.munge_credentials import MungeDecoder
@@ -36,6 +38,8 @@ class ApiDeps:
       views; None: `Policy()` defaults.
     - `spot_inbox` and `munge`: where burst nodes' spot warnings go, and the decoder of the
       MUNGE credentials they come signed with; None: `POST /v1/nodes/{node}/warnings` is 503.
+    - `board_power`: board power per GPU model, bounding pushed telemetry (None: the table
+      shipped with the catalog). `telemetry_guard` counts the samples it refused.
     """
 
     store: ControllerStore
@@ -51,6 +55,8 @@ class ApiDeps:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     spot_inbox: SpotInbox | None = None
     munge: MungeDecoder | None = None
+    board_power: BoardPower | None = None
+    telemetry_guard: TelemetryGuardStats = field(default_factory=TelemetryGuardStats)
 
 
 def deps_of(request: Request) -> ApiDeps:

@@ -10,7 +10,9 @@ site's policy, each answered with a 422 that names the field:
 - at most `telemetry.max_gpus_per_node` GPUs, each drawing at most `telemetry.max_power_w`.
 
 An agent token pushes only for the node it is bound to (403 otherwise); operator and admin
-tokens may push for any node.
+tokens may push for any node. Then the sample is held to the node's hardware as Slurm and the
+catalog know it (`telemetry_guard`): refused whole with a 422 naming the rule, or kept with its
+foreign job tags dropped. Nothing from a refused sample is stored.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from fastapi import HTTPException
 
 from provisioner.api.auth import Principal, Role
 from provisioner.api.deps import ApiDeps
+from provisioner.api.telemetry_guard import guard_sample
 from provisioner.api.telemetry_views import policy_of
 from provisioner.config.models import Telemetry
 from provisioner.domain.telemetry import GpuTelemetry
 from provisioner.observe.telemetry_ingest import record_payload
+from provisioner.plan.board_power import shipped_board_power
 
 
 def _unprocessable(loc: list[str | int], msg: str) -> HTTPException:
@@ -75,10 +79,22 @@ def ingest(
     now = deps.clock.now().timestamp()
     check_sender(principal, payload)
     check_bounds(payload, policy_limits, now)
+    dropped = 0
+    if deps.snapshot is not None:
+        board = deps.board_power or shipped_board_power()
+        payload, dropped = guard_sample(
+            deps.store,
+            deps.snapshot(),
+            payload,
+            policy_limits,
+            board,
+            deps.telemetry_guard,
+            now,
+        )
     samples = payload.to_gpu_samples()
     n = deps.store.upsert_telemetry(payload.node, samples, now)
     record_payload(deps.store, payload, now, policy_of(deps))
-    return {"node": payload.node, "gpus": len(samples), "stored": n}
+    return {"node": payload.node, "gpus": len(samples), "stored": n, "job_tags_dropped": dropped}
 
 
 __all__ = ["check_bounds", "check_sender", "ingest"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from provisioner.account.gpu_waste import (
@@ -24,6 +24,7 @@ from provisioner.account.gpu_waste import (
 from provisioner.api.deps import ApiDeps, now_ts
 from provisioner.api.render import iso
 from provisioner.config.models import Policy
+from provisioner.domain.telemetry_bounds import RULES
 
 
 def policy_of(deps: ApiDeps) -> Policy:
@@ -158,6 +159,28 @@ class GpuCollector(Collector):
         for key, n in sorted(counts.items()):
             alerts.add_metric(list(key), n)
         yield alerts
+        refused = CounterMetricFamily(
+            "provisioner_telemetry_refused",
+            "Telemetry this API refused since it started, by the rule broken: whole samples, "
+            "and for rule job_tag the job tags dropped from samples that stood.",
+            labels=["rule"],
+        )
+        by_rule, _ = deps.telemetry_guard.view()
+        for rule in RULES:
+            refused.add_metric([rule], by_rule.get(rule, 0))
+        yield refused
 
 
-__all__ = ["GpuCollector", "alerts_dict", "policy_of", "waste_dict"]
+def refusals_dict(deps: ApiDeps) -> dict[str, Any]:
+    """The refusal counts per rule and the latest refusals (newest first), for the console."""
+    by_rule, recent = deps.telemetry_guard.view()
+    return {
+        "counts": {rule: by_rule.get(rule, 0) for rule in RULES},
+        "recent": [
+            {"node": r.node, "rule": r.rule, "message": r.message, "at": iso(r.at_ts)}
+            for r in reversed(recent)
+        ],
+    }
+
+
+__all__ = ["GpuCollector", "alerts_dict", "policy_of", "refusals_dict", "waste_dict"]

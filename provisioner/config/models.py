@@ -271,6 +271,9 @@ class Telemetry(Strict):
     max_energy_gap_s: float = Field(default=4 * 3600.0, gt=0, le=86_400.0)
     # Nodes that have not pushed for this long lose their stored samples.
     retention_s: float = Field(default=7 * 86_400.0, gt=0)
+    # A job tag on a GPU must name a job Slurm shows on that node within this many seconds of
+    # the sample: Slurm's view lags a job's start and end by up to a pass or two.
+    job_tag_grace_s: float = Field(default=120.0, ge=0, le=3600.0)
 
 
 # A Secret Manager secret: its id (1-255 of [A-Za-z0-9_-]), or its full resource name.

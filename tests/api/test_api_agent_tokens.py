@@ -46,9 +46,9 @@ def test_agent_token_can_do_nothing_else(fresh, method, path):
 
 
 def test_viewer_may_not_push_telemetry_and_operator_may_push_any_node(fresh):
-    r = fresh.client.post("/v1/telemetry", json=payload("gpu-05"), headers=fresh.h("viewer"))
+    r = fresh.client.post("/v1/telemetry", json=payload("gpu-02"), headers=fresh.h("viewer"))
     assert r.status_code == 403
-    r = fresh.client.post("/v1/telemetry", json=payload("gpu-05"), headers=fresh.h("operator"))
+    r = fresh.client.post("/v1/telemetry", json=payload("gpu-02"), headers=fresh.h("operator"))
     assert r.status_code == 202
 
 
@@ -87,10 +87,10 @@ def test_token_list_shows_node_and_expiry_and_revoke_stops_an_agent(fresh):
 
 def test_a_future_sample_is_refused_and_does_not_block_genuine_ones(fresh):
     r = fresh.client.post(
-        "/v1/telemetry", json=payload("gpu-04", NOW + 86_400), headers=fresh.h("operator")
+        "/v1/telemetry", json=payload("gpu-02", NOW + 86_400), headers=fresh.h("operator")
     )
     assert r.status_code == 422 and "future" in r.text
-    r = fresh.client.post("/v1/telemetry", json=payload("gpu-04", NOW), headers=fresh.h("operator"))
+    r = fresh.client.post("/v1/telemetry", json=payload("gpu-02", NOW), headers=fresh.h("operator"))
     assert r.status_code == 202 and r.json()["stored"] == 1
-    (t,) = fresh.store.telemetry("gpu-04")
+    (t,) = fresh.store.telemetry("gpu-02")
     assert t.gpus[0].sampled_ts == NOW

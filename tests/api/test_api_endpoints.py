@@ -146,7 +146,7 @@ def test_operator_pause_resume_drain(fresh):
 
 def test_telemetry_roundtrip(fresh):
     payload = {
-        "node": "gpu-07",
+        "node": "gpu-02",
         "sampled_ts": NOW - 5,
         "gpus": [
             {
@@ -163,8 +163,13 @@ def test_telemetry_roundtrip(fresh):
         ],
     }
     r = fresh.client.post("/v1/telemetry", json=payload, headers=fresh.h("operator"))
-    assert r.status_code == 202 and r.json() == {"node": "gpu-07", "gpus": 2, "stored": 2}
-    (node,) = fresh.client.get("/v1/telemetry?node=gpu-07", headers=fresh.h("viewer")).json()
+    assert r.status_code == 202 and r.json() == {
+        "node": "gpu-02",
+        "gpus": 2,
+        "stored": 2,
+        "job_tags_dropped": 0,
+    }
+    (node,) = fresh.client.get("/v1/telemetry?node=gpu-02", headers=fresh.h("viewer")).json()
     assert node["received_at"] == "2026-01-11T00:00:00Z"
     assert [g["util_pct"] for g in node["gpus"]] == [97.5, 100.0]  # unknown counts as busy
     assert node["gpus"][0]["sampled_at"] == "2026-01-10T23:59:55Z"

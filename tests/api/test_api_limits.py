@@ -17,7 +17,7 @@ def post(env, body, role="operator"):
 
 
 def sample(**over):
-    body = {"node": "onprem-1", "sampled_ts": NOW, "gpus": [dict(GOOD_GPU)]}
+    body = {"node": "gpu-02", "sampled_ts": NOW, "gpus": [dict(GOOD_GPU)]}
     body.update(over)
     return body
 
@@ -47,7 +47,7 @@ def test_sampled_ts_outside_the_servers_window_is_422(fresh, ts, needle):
     assert r.status_code == 422, r.text
     assert names_field(r, "sampled_ts")
     assert needle in r.text
-    assert fresh.store.telemetry("onprem-1") == []
+    assert fresh.store.telemetry("gpu-02") == []
 
 
 def test_a_little_clock_skew_is_accepted(fresh):
@@ -77,7 +77,7 @@ def test_out_of_range_gpu_fields_are_422_naming_the_field(fresh, over, field):
     r = post(fresh, sample(gpus=[gpu(**over)]))
     assert r.status_code == 422, r.text
     assert names_field(r, field), r.text
-    assert fresh.store.telemetry("onprem-1") == []
+    assert fresh.store.telemetry("gpu-02") == []
 
 
 def test_energy_1e400_is_422_not_500(fresh):
@@ -102,7 +102,7 @@ def test_a_huge_body_is_413_before_it_is_parsed(fresh):
     assert r.status_code == 413, r.text
     fifty_k = sample(gpus=[gpu(index=i % 1024, uuid=f"GPU-{i}") for i in range(50_000)])
     assert post(fresh, fifty_k).status_code == 413
-    assert fresh.store.telemetry("onprem-1") == []
+    assert fresh.store.telemetry("gpu-02") == []
 
 
 def test_long_hostname_and_bad_node_names_are_422(fresh):

@@ -1,6 +1,7 @@
 """The security probe of issue 16, replayed against the real API (uvicorn over HTTP on
 127.0.0.1) and the real reconcile loop, with the demo's in-memory FAKE on-prem Slurm (no Slurm
-or cloud is needed for what is probed here) and an injected clock.
+or cloud is needed for what is probed here) and an injected clock, on the real store: SQLite
+and PostgreSQL (`make test` runs both).
 
 A genuine NVML agent pushes for `onprem-1` before every pass (300 W, its counter moving by
 300 W x 15 s), so the loop bills energy all along. After each attack class:
@@ -45,6 +46,7 @@ PASS_DEADLINE_S = 120.0  # a pass that has not returned by then is hung
 @dataclass
 class World:
     ctl: Controller
+    fake: FakeSlurm
     clock: ManualClock
     http: httpx.Client
     tokens: dict[str, str]
@@ -139,8 +141,8 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> Iterator[World]:
-    url = f"sqlite:///{tmp_path_factory.mktemp('hostile') / 'ctl.sqlite'}"
+def world(make_db_url) -> Iterator[World]:
+    url = make_db_url()
     clock = ManualClock(datetime.fromtimestamp(T0, UTC))
     fake = FakeSlurm(clock, onprem_nodes=2, gpus_per_node=8)
     policy = policy_from_mapping(
@@ -164,7 +166,8 @@ def world(tmp_path_factory) -> Iterator[World]:
     api = ApiServer(ctl.app, "127.0.0.1", 0)
     port = api.start(timeout_s=60)
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
-    w = World(ctl, clock, http, tokens)
+    w = World(ctl, fake, clock, http, tokens)
+    ctl.reconciler.run_pass()  # a first Slurm view: samples are held to its hardware
     w.passes(3)  # warm up: baselines set, first windows billed
     w.normal_s = w.passes(5)
     try:
@@ -309,4 +312,94 @@ def test_issue30_far_dates_null_origins_and_a_sign_in_flood(world):
         assert sign_in("viewer").status_code == 303
     page = w.http.get("/", cookies={"pbc_session": session}, follow_redirects=False)
     assert page.status_code == 200, page.status_code  # still signed in: not sent to /login
+    w.check_healthy()
+
+
+def refused_counts(w: World) -> dict[str, float]:
+    text = w.http.get("/metrics", headers=w.h("viewer")).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("provisioner_telemetry_refused_total{"):
+            rule = line.split('rule="', 1)[1].split('"', 1)[0]
+            out[rule] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_issue30_an_agent_cannot_invent_gpus_power_or_blame_another_team(world):
+    """Items 1 and 2: the agent of onprem-1 (8 A100s, 400 W board power each) sent 16 posts
+    of 64 phantom GPUs (indexes 8-1023), then 4,999 W per GPU, and tagged idle GPUs with a job
+    of team nlp running on another node. Each phantom or over-power sample is refused whole
+    with a 422 naming the rule; the foreign tag is dropped and the rest of the sample stands;
+    the energy ledger still holds exactly the genuine 300 W (hand-computed in check_healthy)."""
+    w = world
+    filler = w.fake.submit(8, 30 * 86_400.0, account="vision")
+    nlp = w.fake.submit(2, 30 * 86_400.0, account="nlp")
+    w.run_pass()
+    placed = {j.job_id: j.nodes for j in w.ctl.reconciler.last_snapshot.running}
+    assert placed[filler] == ("onprem-1",) and placed[nlp] == ("onprem-2",), placed
+    before = refused_counts(w)
+    for k in range(16):
+        gpus = [
+            {"index": i, "uuid": f"GPU-ph-{i}", "util_pct": 0.0, "power_w": 100.0, "jobs": [nlp]}
+            for i in range(8 + 63 * k, min(8 + 63 * (k + 1) + 1, 1024))
+        ]
+        r = hostile(w, {"node": "onprem-1", "sampled_ts": w.now, "gpus": gpus}, who="agent")
+        assert r.status_code == 422 and "gpu_count" in r.text, r.text
+    eight_phantoms = [{"index": i, "util_pct": 0.0} for i in range(8, 16)]
+    r = hostile(w, {"node": "onprem-1", "sampled_ts": w.now, "gpus": eight_phantoms}, "agent")
+    assert r.status_code == 422 and "gpu_index" in r.text
+    hot = [{"index": i, "uuid": f"GPU-{i}", "power_w": 4999.0} for i in range(8)]
+    r = hostile(w, {"node": "onprem-1", "sampled_ts": w.now, "gpus": hot}, who="agent")
+    assert r.status_code == 422 and "board_power" in r.text and "400 W" in r.text
+    listed = w.http.get("/v1/telemetry", params={"node": "onprem-1"}, headers=w.h("viewer"))
+    assert [g["index"] for g in listed.json()[0]["gpus"]] == [0]  # was 1,024 GPUs
+
+    genuine_gpu = {
+        "index": 0,
+        "uuid": "GPU-real-0",
+        "util_pct": 0.0,
+        "power_w": float(WATTS),
+        "energy_mj": w.counter_mj,
+        "jobs": [filler, nlp],
+    }
+    body = {"node": "onprem-1", "sampled_ts": w.last_ts, "gpus": [genuine_gpu]}
+    r = hostile(w, body, who="agent")
+    assert r.status_code == 202 and r.json()["job_tags_dropped"] == 1, r.text
+    (kept,) = w.ctl.store.telemetry_payloads("onprem-1")
+    assert kept.payload["gpus"][0]["jobs"] == [filler]
+    metrics = w.http.get("/metrics", headers=w.h("viewer")).text
+    assert 'team="nlp"' not in metrics
+    after = refused_counts(w)
+    assert after["gpu_count"] - before.get("gpu_count", 0) == 16
+    assert after["gpu_index"] - before.get("gpu_index", 0) == 1
+    assert after["board_power"] - before.get("board_power", 0) == 1
+    assert after["job_tag"] - before.get("job_tag", 0) == 1
+    w.check_healthy()
+
+
+def test_issue30_samples_for_made_up_nodes_cost_nothing(world):
+    """Item 3: 400 posts for made-up nodes with long names were stored for a week and slowed
+    every pass. Now each is refused (unknown_node), nothing is stored, and the console's GPUs
+    page shows the refusals."""
+    w = world
+    before = refused_counts(w)
+    for i in range(400):
+        body = {
+            "node": f"made-up-{i:03d}-" + "n" * 100,
+            "hostname": "h" * 255,
+            "sampled_ts": w.now,
+            "gpus": [{"index": g, "uuid": "u" * 128, "name": "x" * 128} for g in range(64)],
+        }
+        r = hostile(w, body)
+        assert r.status_code == 422 and "unknown_node" in r.text, r.text
+    assert refused_counts(w)["unknown_node"] - before.get("unknown_node", 0) == 400
+    nodes = [t["node"] for t in w.http.get("/v1/telemetry", headers=w.h("viewer")).json()]
+    assert not [n for n in nodes if n.startswith("made-up")]
+    w.http.cookies.clear()
+    signed = w.http.post("/login", data={"token": w.tokens["viewer"]}, follow_redirects=False)
+    assert signed.status_code == 303
+    page = w.http.get("/gpus")
+    w.http.cookies.clear()
+    assert page.status_code == 200 and 'id="telemetry-refused"' in page.text
+    assert 'data-rule="unknown_node"' in page.text and "made-up-399" in page.text
     w.check_healthy()

@@ -22,7 +22,7 @@ from provisioner.account.gpu_waste import DEFAULT_ALERT_MAX_AGE_S, gpu_alerts, g
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, parse_kinds
 from provisioner.api import render
 from provisioner.api.deps import ApiDeps
-from provisioner.api.telemetry_views import alerts_dict, policy_of, waste_dict
+from provisioner.api.telemetry_views import alerts_dict, policy_of, refusals_dict, waste_dict
 from provisioner.domain.nodes import NodeKind
 from provisioner.domain.telemetry import DEFAULT_MAX_AGE_S
 from provisioner.plan.reasons import kind_of_reason, reason_words
@@ -374,7 +374,7 @@ def gpus(deps: ApiDeps) -> dict[str, Any]:
         gpu_alerts(deps.store, policy, now, DEFAULT_ALERT_MAX_AGE_S), now, DEFAULT_ALERT_MAX_AGE_S
     )
     nodes = [render.telemetry_dict(t) for t in deps.store.telemetry(None)]
-    return {"nodes": nodes, "waste": waste, "alerts": alerts}
+    return {"nodes": nodes, "waste": waste, "alerts": alerts, "refused": refusals_dict(deps)}
 
 
 # --------------------------------------------------------------------------- IaC reviews

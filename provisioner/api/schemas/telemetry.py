@@ -14,11 +14,13 @@ from provisioner.domain.telemetry import AlertKind
 
 
 class IngestOut(Out):
-    """`POST /v1/telemetry` (202): the node, the GPUs in the sample, the GPU rows stored."""
+    """`POST /v1/telemetry` (202): the node, the GPUs in the sample, the GPU rows stored, and
+    the job tags dropped because Slurm does not show those jobs on the node."""
 
     node: str
     gpus: int
     stored: int
+    job_tags_dropped: int = 0
 
 
 class GpuSampleOut(Out):
