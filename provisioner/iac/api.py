@@ -6,8 +6,11 @@ Reviews are cached by what they depend on (the policy files, the program, the pa
 commit, the expected use rounded to a percent), so repeated calls are cheap; a render takes
 about a second of CPU. Because that CPU is the controller's, renders are bounded: one at a time
 in the whole process (another caller gets a 429 with Retry-After instead of queueing), and each
-caller (token) at most `misses_per_minute` renders a minute. Answers carry no server paths: the
-repository root and the home directory are cut out of every string.
+caller (token) at most `misses_per_minute` renders a minute. Every review, cached or not, also
+resolves its base with git, so each caller gets at most `requests_per_minute` reviews of any
+kind (issue 30: 1,200 requests with cached or invalid refs started 2,400 git processes); the
+repository's root is found once. Answers carry no server paths: the repository root and the
+home directory are cut out of every string.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from fastapi.responses import PlainTextResponse, Response
 from provisioner import data_files
 from provisioner.config.loader import POLICY_FILES
 from provisioner.domain.errors import ConfigError, InputError
+from provisioner.domain.rate_window import RateWindow
 from provisioner.iac.guard import default_policy_pack
 from provisioner.iac.sources import (
     TEMPLATE,
@@ -142,6 +146,7 @@ def iac_router(
     dependencies: Sequence[Depends] = (),
     cache_size: int = 128,
     misses_per_minute: int = 6,
+    requests_per_minute: int = 30,
     clock: Callable[[], float] = time.monotonic,
     limiter: RenderLimiter | None = None,
 ) -> APIRouter:
@@ -150,6 +155,8 @@ def iac_router(
     pack = policy_pack or default_policy_pack()
     cache = _Cache(cache_size)
     limiter = limiter or RenderLimiter(misses_per_minute, clock)
+    requests = RateWindow(requests_per_minute)
+    found_root: list[Path | None] = []  # git_root(policies), looked up on the first review
     roots = sorted(
         {str(p) for p in (policies.resolve().parent, Path.home()) if str(p) not in ("", "/")}
         | {str(policies.resolve())},
@@ -196,8 +203,18 @@ def iac_router(
         from provisioner.iac.report import to_markdown
         from provisioner.iac.review import review_working_tree
 
+        retry = requests.admit(_caller(request), clock())
+        if retry is not None:
+            raise HTTPException(
+                429,
+                f"at most {requests_per_minute} IaC reviews a minute per caller; "
+                f"retry in {retry} s",
+                headers={"Retry-After": str(retry)},
+            )
         try:
-            root = git_root(policies)
+            if not found_root:
+                found_root.append(git_root(policies))
+            root = found_root[0]
             sha = resolve_commit(root, base or "HEAD") if root is not None else None
             if base and sha is None:
                 raise InputError("base: the policies are not in a git work tree")

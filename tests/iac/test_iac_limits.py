@@ -79,3 +79,35 @@ def test_answers_hold_no_server_paths(repo, client):
     bad = client.get("/v1/iac/review", params={"expected_use": 0.5})
     assert bad.status_code == 422
     assert str(repo) not in bad.text and "pools.yaml" in bad.text
+
+
+def test_every_review_counts_toward_a_per_caller_limit_and_git_finds_the_root_once(
+    repo, tick, monkeypatch
+):
+    """Issue 30: 1,200 reviews with cached or invalid refs started 2 git processes each."""
+    import provisioner.iac.api as iac_api
+
+    write_policies(repo / "policies", [pool(AWS_POOL, max_nodes=8), GCP_POOL])
+    roots: list[object] = []
+    real_root = iac_api.git_root
+
+    def counting_root(path):
+        roots.append(path)
+        return real_root(path)
+
+    monkeypatch.setattr(iac_api, "git_root", counting_root)
+    app = FastAPI()
+    router = iac_router(repo / "policies", requests_per_minute=5, clock=tick)
+    app.include_router(router, prefix="/v1")
+    with TestClient(app, raise_server_exceptions=False) as c:
+        assert c.get("/v1/iac/review").status_code == 200
+        for _ in range(2):
+            assert c.get("/v1/iac/review").status_code == 200  # cached
+        for _ in range(2):
+            assert c.get("/v1/iac/review", params={"base": "no-such-ref"}).status_code == 400
+        r = c.get("/v1/iac/review", params={"base": "no-such-ref"})
+        assert r.status_code == 429 and r.headers["retry-after"] == "60"
+        assert c.get("/v1/iac/review").status_code == 429  # cached answers count too
+        tick.t += 60
+        assert c.get("/v1/iac/review").status_code == 200
+    assert len(roots) == 1
