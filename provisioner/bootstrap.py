@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     )
 
     store_url: str = "sqlite:///provisioner.sqlite"
+    # Where the API's heavy reads (the FOCUS export) read, in a process of their own: a
+    # PostgreSQL replica, say. Default: the store itself (read-only sessions on PostgreSQL).
+    read_store_url: str | None = None
     policies: Path = DEFAULT_POLICIES
     catalog: Path | None = None
     # Slurm: `cli` (squeue/sinfo/scontrol), `rest` (slurmrestd for reads with the CLI as
@@ -114,6 +117,19 @@ class Settings(BaseSettings):
     lease_ttl_s: float = Field(default=30.0, gt=0)
     # This process's name in the lease (default host:pid:random, unique per process)
     controller_id: str = ""
+
+
+def heavy_read_url(settings: Settings) -> str | None:
+    """Where export processes read: the replica, else the store, unless only this process can
+    open it (in-memory SQLite), where the export stays in the API's thread (None)."""
+    if settings.read_store_url:
+        return settings.read_store_url
+    from sqlalchemy.engine import make_url
+
+    u = make_url(settings.store_url)
+    if u.get_backend_name() == "sqlite" and u.database in (None, "", ":memory:"):
+        return None
+    return settings.store_url
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -306,7 +322,9 @@ class Controller:
         if self._app is None:
             from provisioner.account.focus import FocusOptions
             from provisioner.api.app import ApiDeps, create_app
+            from provisioner.api.heavy_reads import HeavyReads
             from provisioner.observe.munge_credentials import MungeDecoder
+            from provisioner.store.read_only import open_read_only
 
             rec = self.reconciler
 
@@ -328,6 +346,9 @@ class Controller:
                     policy=self.policy,
                     spot_inbox=rec.deps.spot_inbox,
                     munge=MungeDecoder(self.settings.munge_socket),
+                    heavy_reads=HeavyReads(
+                        read_url=heavy_read_url(self.settings), open_store=open_read_only
+                    ),
                 )
             )
         return self._app

@@ -14,6 +14,8 @@ from fastapi import Request
 
 from provisioner.account.focus import FocusOptions
 from provisioner.api.edge import DEFAULT_MAX_BODY_BYTES
+from provisioner.api.heavy_reads import HeavyReads
+from provisioner.api.rate_limits import ApiRateLimiter
 from provisioner.api.telemetry_guard import TelemetryGuardStats
 from provisioner.clock import Clock
 from provisioner.config.models import Policy
@@ -40,6 +42,8 @@ class ApiDeps:
       MUNGE credentials they come signed with; None: `POST /v1/nodes/{node}/warnings` is 503.
     - `board_power`: board power per GPU model, bounding pushed telemetry (None: the table
       shipped with the catalog). `telemetry_guard` counts the samples it refused.
+    - `heavy_reads`: where the FOCUS export runs (default: in the API's thread; the controller
+      gives it a process of its own); `rate_limiter`: the per-token limits of expensive reads.
     """
 
     store: ControllerStore
@@ -57,6 +61,8 @@ class ApiDeps:
     munge: MungeDecoder | None = None
     board_power: BoardPower | None = None
     telemetry_guard: TelemetryGuardStats = field(default_factory=TelemetryGuardStats)
+    heavy_reads: HeavyReads = field(default_factory=HeavyReads)
+    rate_limiter: ApiRateLimiter = field(default_factory=ApiRateLimiter)
 
 
 def deps_of(request: Request) -> ApiDeps:

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from provisioner.account.budgets import budget_status
-from provisioner.account.focus import FocusOptions, iter_focus_csv
+from provisioner.account.focus import FocusOptions
 from provisioner.account.reports import cost_report, parse_group_by, parse_kinds, report_to_csv
 from provisioner.api import render
 from provisioner.api.access import AUTH_RESPONSES, Viewer
@@ -46,11 +46,12 @@ def costs_router() -> APIRouter:
         responses={
             200: {"content": {"application/json": {}, "text/csv": CSV}},
             400: {"model": Message},
+            429: {"model": Message, "description": "Too many cost reports; see Retry-After"},
         },
     )
     def costs(
         request: Request,
-        _: Viewer,
+        who: Viewer,
         group_by: Annotated[
             str | None,
             Query(
@@ -68,6 +69,7 @@ def costs_router() -> APIRouter:
         format: Annotated[Literal["json", "csv"], Query()] = "json",
     ) -> Response:
         deps = deps_of(request)
+        deps.rate_limiter.check("cost reports", who)
         keys = parse_group_by(group_by)
         kinds = parse_kinds(kind)
         f, t = window(deps, from_, to)
@@ -97,11 +99,15 @@ def costs_router() -> APIRouter:
         "/focus.csv",
         summary="FOCUS 1.2 cost export (CSV, streamed) of the ledger rows starting in [from, to)",
         response_class=StreamingResponse,
-        responses={200: {"content": {"text/csv": CSV}}, 400: {"model": Message}},
+        responses={
+            200: {"content": {"text/csv": CSV}},
+            400: {"model": Message},
+            429: {"model": Message, "description": "Too many FOCUS exports; see Retry-After"},
+        },
     )
     def focus(
         request: Request,
-        _: Viewer,
+        who: Viewer,
         from_: Annotated[When, Query(alias="from")] = None,
         to: When = None,
         compat: Annotated[
@@ -110,13 +116,14 @@ def costs_router() -> APIRouter:
         ] = True,
     ) -> StreamingResponse:
         deps = deps_of(request)
+        deps.rate_limiter.check("FOCUS exports", who)
         f, t = span(from_, to)
         opts = FocusOptions(
             controller=deps.focus.controller,
             billing_accounts=deps.focus.billing_accounts,
             compat_1_0=compat,
         )
-        body: Iterator[str] = iter_focus_csv(deps.store, f, t, opts)
+        body: Iterator[str | bytes] = deps.heavy_reads.focus_csv(deps.store, f, t, opts)
         return StreamingResponse(
             body,
             media_type="text/csv; charset=utf-8",
