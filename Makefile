@@ -10,7 +10,7 @@ SLURM24_DIR ?= $(CURDIR)/.slurm-24.11
 SLURM24_PORT_BASE ?= 6917
 export SLURM_DIR SLURM24_DIR SLURM24_PORT_BASE
 
-.PHONY: agent-wheels test-host-roots test-hosts-clean failover venv focus-venv browser-deps run simulate test test-e2e test-unit test-browser test-ha lint typecheck bench chaos slurm-up slurm-down pg-up pg-down \
+.PHONY: agent-wheels test-host-roots test-hosts-clean failover venv focus-venv browser-deps proxy-deps run simulate test test-e2e test-unit test-browser test-ha lint typecheck bench chaos slurm-up slurm-down pg-up pg-down \
         localstack-up localstack-down iac-review clean
 
 venv: $(STAMP)
@@ -38,6 +38,16 @@ browser-deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get install -y chromium chromium-driver || \
 	    { apt-get update && apt-get install -y chromium chromium-driver; }; \
 	  else sudo apt-get install -y chromium chromium-driver; fi; }
+
+# The reverse proxy the API runs behind in production (deploy/nginx-provisioner.conf), which
+# tests/hostile/test_slow_sockets.py starts on a port of its own. RUNLEVEL=1 keeps Debian's
+# package from starting its default site (port 80, all addresses).
+proxy-deps:
+	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || { \
+	  if [ "$$(id -u)" = 0 ]; then RUNLEVEL=1 apt-get install -y nginx-light || \
+	    { apt-get update && RUNLEVEL=1 apt-get install -y nginx-light; }; \
+	  else sudo RUNLEVEL=1 apt-get install -y nginx-light; fi; \
+	  { invoke-rc.d nginx stop || true; } >/dev/null 2>&1; }
 
 $(FOCUS_STAMP):
 	test -x .venv-focus/bin/python || $(PY) -m venv .venv-focus
@@ -76,7 +86,7 @@ PG_URL = $$(cat $(PG_DIR)/url)
 LEFT_RUNNING = make test left running: Slurm 22.05 ($(SLURM_DIR:$(CURDIR)/%=%)), Slurm 24.11 \
     ($(SLURM24_DIR:$(CURDIR)/%=%)), PostgreSQL ($(PG_DIR:$(CURDIR)/%=%)); stop them with: \
     make slurm-down pg-down
-test: venv focus-venv browser-deps slurm-up pg-up test-host-roots agent-wheels
+test: venv focus-venv browser-deps proxy-deps slurm-up pg-up test-host-roots agent-wheels
 	@trap '{ set +x; } 2>/dev/null; echo "$(LEFT_RUNNING)"' EXIT; \
 	trap '{ set +x; } 2>/dev/null; exit 130' INT TERM; \
 	set -ex; \
