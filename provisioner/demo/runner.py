@@ -27,6 +27,7 @@ from provisioner.config.models import Policy
 from provisioner.demo.fake_slurm import FakeSlurm
 from provisioner.reconcile.loop import PassReport
 from provisioner.store import Store
+from provisioner.store.engine import private_folder
 
 log = logging.getLogger("provisioner.demo")
 DEMO_POLICIES = data_files.demo_policies_dir()
@@ -100,7 +101,7 @@ def run_demo(
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     policy: Policy = load_policy(opts.policies)
     data = opts.data_dir
-    data.mkdir(parents=True, exist_ok=True)
+    private_folder(data)
     db = data / "provisioner.sqlite"
     for stale in data.glob("provisioner.sqlite*"):
         stale.unlink()

@@ -39,6 +39,14 @@ def owner_only(path: Path) -> None:
         os.close(fd)
 
 
+def private_folder(path: Path) -> None:
+    """A folder the product creates for its store (the demo's `.demo/`), owner-only (0700)
+    when it makes it. One that already exists is left as it is: it may be the user's own."""
+    if not path.exists():
+        path.mkdir(parents=True, mode=0o700)
+        path.chmod(0o700)  # mkdir's mode passes through the umask
+
+
 def make_engine(url: str, *, echo: bool = False) -> Engine:
     """An engine for `url`. SQLite files get WAL, foreign keys and a busy timeout; in-memory
     SQLite shares one connection so every session sees the same database."""

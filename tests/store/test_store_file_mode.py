@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 from provisioner.store import Store
+from provisioner.store.engine import private_folder
 
 
 def mode(p: Path) -> int:
@@ -33,3 +34,14 @@ def test_a_store_left_open_to_others_is_tightened(tmp_path: Path):
     db.chmod(0o644)  # as an earlier release left it
     Store(f"sqlite:///{db}").close()
     assert mode(db) == 0o600
+
+
+def test_a_folder_made_for_the_store_is_owner_only_and_a_users_own_is_left_alone(tmp_path: Path):
+    made = tmp_path / "work" / ".demo"
+    private_folder(made)
+    assert mode(made) == 0o700
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    mine.chmod(0o755)
+    private_folder(mine)
+    assert mode(mine) == 0o755
