@@ -29,7 +29,7 @@ Promises shared by all of them:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -40,6 +40,7 @@ from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.failures import ErrorCategory
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.intents import IntentKind, IntentStatus
+from provisioner.domain.job_records import JobRecord
 from provisioner.domain.nodes import GpuSample
 from provisioner.domain.plan import Decision
 from provisioner.domain.records import (
@@ -595,6 +596,49 @@ class RuntimeHistory(Protocol):
         ...
 
 
+class JobHistory(Protocol):
+    """The jobs table (`provisioner.domain.job_records`): one record per job id, as Slurm last
+    showed it, kept for `Policy.jobs.retention_days` after it closed."""
+
+    def record_jobs(self, records: Sequence[JobRecord]) -> int:
+        """Insert or update each record, all or nothing. An update keeps the stored
+        `first_seen_ts`; a record not newer (`last_seen_ts`) than the stored one changes
+        nothing, so a lapsed controller's older view cannot undo a newer one. Fenced. Returns
+        how many were written."""
+        ...
+
+    def close_missing_jobs(self, listed: Collection[str], now_ts: float) -> int:
+        """Close the open (pending, running) jobs that a complete listing no longer holds: as
+        `gone`, a running one ending at `now_ts`. Fenced. Returns how many were closed."""
+        ...
+
+    def job_records(
+        self,
+        *,
+        states: Collection[str] | None = None,
+        team: str | None = None,
+        partition: str | None = None,
+        in_cloud: bool | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[JobRecord]:
+        """Newest submit first (then job id). `since`/`until`: jobs alive in [since, until),
+        that is submitted before `until` and open, or ended (else last seen) at or after
+        `since`. `in_cloud`: ran on a cloud instance (True) or not (False)."""
+        ...
+
+    def job_record(self, job_id: str) -> JobRecord | None:
+        """The record of `job_id`, None when never seen (or pruned)."""
+        ...
+
+    def prune_jobs(self, before_ts: float) -> int:
+        """Forget closed jobs last seen before `before_ts`; open jobs are kept whatever their
+        age. Returns how many were forgotten."""
+        ...
+
+
 class ClockMarks(Protocol):
     """The controller's clock marks and the clouds' measured skew.
 
@@ -640,6 +684,7 @@ class ControllerStore(
     LeaderLease,
     RuntimeHistory,
     ClockMarks,
+    JobHistory,
     Protocol,
 ):
     """The whole store as the reconcile loop's context sees it: every port above on one

@@ -24,6 +24,7 @@ from provisioner.store.clocks import ClockStore
 from provisioner.store.decisions import DecisionStore
 from provisioner.store.engine import DEFAULT_URL, StoreBase, make_engine
 from provisioner.store.instances import InstanceStore
+from provisioner.store.jobs import JobStore
 from provisioner.store.lease import LeaseStore
 from provisioner.store.ledger import LedgerStore
 from provisioner.store.policy import PolicyStore
@@ -53,8 +54,9 @@ class Store(
     LeaseStore,
     RuntimeHistoryStore,
     ClockStore,
+    JobStore,
     ControllerStore,
 ):
     """All reads and writes of the controller's database: one class per concern (policy,
     decisions, intents and instances, telemetry, usage and ledger, tokens, the leader lease,
-    learned runtimes, clock marks and cloud skews), all on one engine."""
+    learned runtimes, clock marks and cloud skews, the jobs table), all on one engine."""

@@ -7,7 +7,7 @@ class subclassing its Protocol explicitly, so mypy checks its signatures against
 - `MemoryPolicyRepo` (pools, the operator's switches, budgets),
 - `MemoryTelemetryRepo` (GPU telemetry and energy marks; its energy rows go to a `MemoryLedger`),
 - `MemoryLeaderLease` (the leader lease and `check_fence`, on an injected clock),
-- `MemoryRuntimeHistory`, `MemoryClockMarks`.
+- `MemoryRuntimeHistory`, `MemoryClockMarks`, `MemoryJobHistory`.
 
 They keep what callers of the SQL store can observe: the same ordering, filters, defaults,
 normalisation (amounts to the micro-dollar, decision details as text, JSON read back as JSON)
@@ -21,6 +21,7 @@ safety across threads or processes; each class's docstring names its other diffe
 from provisioner.store.memory.clocks import MemoryClockMarks
 from provisioner.store.memory.decisions import MemoryDecisionLog
 from provisioner.store.memory.instances import MemoryInstances
+from provisioner.store.memory.jobs import MemoryJobHistory
 from provisioner.store.memory.lease import MemoryLeaderLease
 from provisioner.store.memory.ledger import GROUP_KEYS, MemoryLedger
 from provisioner.store.memory.policy import MemoryPolicyRepo
@@ -33,6 +34,7 @@ __all__ = [
     "MemoryClockMarks",
     "MemoryDecisionLog",
     "MemoryInstances",
+    "MemoryJobHistory",
     "MemoryLeaderLease",
     "MemoryLedger",
     "MemoryPolicyRepo",

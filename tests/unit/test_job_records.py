@@ -1,0 +1,33 @@
+"""The jobs table's records from a snapshot's jobs (issue 31): where a job ran, and which
+cloud instances those nodes are; hand-written expectations."""
+
+from __future__ import annotations
+
+from provisioner.domain.job_records import job_records
+from provisioner.domain.jobs import Job, JobState
+
+T0 = 1_768_046_400.0
+
+
+def test_a_burst_job_names_its_instances_and_a_pending_one_runs_nowhere():
+    jobs = [
+        Job("1", 16, T0, partition="cloud", account="cv", state=JobState.RUNNING,
+            start_ts=T0 + 900, nodes=("cloud-aws-1", "cloud-aws-2")),
+        Job("2", 1, T0 + 5, account="", state=JobState.PENDING, nodes=("gpu-1",)),
+        Job("3", 2, T0, state=JobState.COMPLETED, start_ts=T0 + 1, end_ts=T0 + 61,
+            nodes=("gpu-1",), time_limit_s=600.0),
+    ]  # fmt: skip
+    nodes = {"cloud-aws-1": "i-01", "cloud-aws-2": "i-02"}
+    a, b, c = job_records(
+        jobs, nodes, lambda acct: {"cv": "vision"}.get(acct, acct or "none"), T0 + 930
+    )
+    assert (a.nodes, a.instance_ids, a.in_cloud, a.team) == (
+        ("cloud-aws-1", "cloud-aws-2"),
+        ("i-01", "i-02"),
+        True,
+        "vision",
+    )
+    assert a.end_ts is None and a.waited_s == 900.0
+    assert (b.nodes, b.start_ts, b.team, b.state) == ((), None, "none", "pending")
+    assert (c.instance_ids, c.ran_s, c.end_ts, c.time_limit_s) == ((), 60.0, T0 + 61, 600.0)
+    assert a.first_seen_ts == a.last_seen_ts == T0 + 930
