@@ -276,6 +276,13 @@ class Telemetry(Strict):
     job_tag_grace_s: float = Field(default=120.0, ge=0, le=3600.0)
 
 
+class JobsHistory(Strict):
+    """The jobs table (every job the controller saw): how long a closed job is kept. The
+    replay of the site's own past reads the last week or so; the console reads further."""
+
+    retention_days: int = Field(default=90, ge=1, le=3650)
+
+
 # A Secret Manager secret: its id (1-255 of [A-Za-z0-9_-]), or its full resource name.
 _SECRET_NAME = r"^(|[A-Za-z0-9_-]{1,255}|projects/[^/\s]+/secrets/[A-Za-z0-9_-]{1,255})$"
 
@@ -331,6 +338,7 @@ class Policy(Strict):
     interruptions: Interruptions = Interruptions()
     health: Health = Health()
     telemetry: Telemetry = Telemetry()
+    jobs: JobsHistory = JobsHistory()
     node: NodeBootstrap = NodeBootstrap()
 
     @field_validator("pools")

@@ -16,15 +16,16 @@ from provisioner.domain.records import JobUsage
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.observe.slurm.usage import UsageTracker
 from provisioner.plan.board_power import node_power_bounds
-from provisioner.ports.store import InstanceRepo, Ledger, TelemetryRepo
+from provisioner.ports.store import InstanceRepo, JobHistory, Ledger, TelemetryRepo
 from provisioner.reconcile.context import PassReport
+from provisioner.reconcile.jobs_step import JobsRecorder
 
 PRUNE_EVERY_S = 3600.0
 
 
-class AccountingStore(InstanceRepo, Ledger, TelemetryRepo, Protocol):
+class AccountingStore(InstanceRepo, Ledger, TelemetryRepo, JobHistory, Protocol):
     """What the accounting step reads and writes: the instances and jobs billed, the ledger,
-    GPU telemetry (energy, and its retention)."""
+    GPU telemetry (energy, and its retention), the jobs table."""
 
 
 class AccountingStep:
@@ -38,6 +39,7 @@ class AccountingStep:
         self.tracker = UsageTracker()
         self._usage_written: dict[tuple[str, str, float], float | None] = {}
         self._pruned_ts: float | None = None
+        self.jobs = JobsRecorder(store, policy)
         self.closed: tuple[JobUsage, ...] = ()  # the records the last pass closed
 
     def run(
@@ -52,6 +54,7 @@ class AccountingStep:
         self.closed = ()
         if not view.stale:
             self._record_usage(view, now)
+            self.jobs.record(view, now)
         res: AccountingResult = self.accountant.run(now, missing)
         report.ledger_rows = res.rows
         report.ledger_usd = res.cost
@@ -69,10 +72,12 @@ class AccountingStep:
         self._prune(now)
 
     def _prune(self, now: float) -> None:
-        """Telemetry retention, at most once per PRUNE_EVERY_S (a DELETE per pass is waste)."""
+        """Telemetry and jobs retention, at most once per PRUNE_EVERY_S (a DELETE per pass is
+        waste)."""
         if self._pruned_ts is not None and now - self._pruned_ts < PRUNE_EVERY_S:
             return
         self.store.prune_telemetry(now - self.policy.telemetry.retention_s)
+        self.jobs.prune(now)
         self._pruned_ts = now
 
     def _record_usage(self, view: ClusterSnapshot, now: float) -> None:
