@@ -40,6 +40,10 @@ class JobRecord:
     instance_ids: tuple[str, ...] = ()  # the cloud instances among those nodes
     first_seen_ts: float = 0.0
     last_seen_ts: float = 0.0
+    # The controller's runtime prediction while the job waited (plan/history.py), and where it
+    # came from ("user", "group", "partition"); kept once the job starts, to set beside the truth.
+    predicted_runtime_s: float | None = None
+    prediction_source: str = ""
 
     @property
     def open(self) -> bool:
@@ -68,7 +72,8 @@ class JobRecord:
         return (
             self.state, self.submit_ts, self.eligible_ts, self.start_ts, self.end_ts,
             self.time_limit_s, self.gpus, self.gpu_type, self.partition, self.account,
-            self.user, self.team, self.nodes, self.instance_ids,
+            self.user, self.team, self.nodes, self.instance_ids, self.predicted_runtime_s,
+            self.prediction_source,
         )  # fmt: skip
 
 
@@ -79,10 +84,12 @@ def job_records(
     now_ts: float,
 ) -> list[JobRecord]:
     """One record per job of a snapshot, seen at `now_ts`. `instance_of_node`: the cloud
-    instance id behind each burst node's name."""
+    instance id behind each burst node's name. A pending job's learned runtime (the planner's
+    annotation) is its prediction; other jobs carry none, and the store keeps the last one."""
     out: list[JobRecord] = []
     for j in jobs:
         nodes = tuple(j.nodes) if j.state is not JobState.PENDING else ()
+        learned = j.state is JobState.PENDING and bool(j.runtime_source)
         out.append(
             JobRecord(
                 job_id=j.job_id,
@@ -102,6 +109,8 @@ def job_records(
                 instance_ids=tuple(instance_of_node[n] for n in nodes if n in instance_of_node),
                 first_seen_ts=now_ts,
                 last_seen_ts=now_ts,
+                predicted_runtime_s=j.expected_runtime_s if learned else None,
+                prediction_source=j.runtime_source if learned else "",
             )
         )
     return out

@@ -602,9 +602,10 @@ class JobHistory(Protocol):
 
     def record_jobs(self, records: Sequence[JobRecord]) -> int:
         """Insert or update each record, all or nothing. An update keeps the stored
-        `first_seen_ts`; a record not newer (`last_seen_ts`) than the stored one changes
-        nothing, so a lapsed controller's older view cannot undo a newer one. Fenced. Returns
-        how many were written."""
+        `first_seen_ts`, and the stored prediction when the record has none (a job predicted
+        while pending keeps it once running); a record not newer (`last_seen_ts`) than the
+        stored one changes nothing, so a lapsed controller's older view cannot undo a newer
+        one. Fenced. Returns how many were written."""
         ...
 
     def close_missing_jobs(self, listed: Collection[str], now_ts: float) -> int:

@@ -39,7 +39,7 @@ class AccountingStep:
         self.tracker = UsageTracker()
         self._usage_written: dict[tuple[str, str, float], float | None] = {}
         self._pruned_ts: float | None = None
-        self.jobs = JobsRecorder(store, policy)
+        self.jobs = JobsRecorder(store, policy)  # the loop records; retention prunes here
         self.closed: tuple[JobUsage, ...] = ()  # the records the last pass closed
 
     def run(
@@ -54,7 +54,6 @@ class AccountingStep:
         self.closed = ()
         if not view.stale:
             self._record_usage(view, now)
-            self.jobs.record(view, now)
         res: AccountingResult = self.accountant.run(now, missing)
         report.ledger_rows = res.rows
         report.ledger_usd = res.cost

@@ -250,7 +250,8 @@ class Reconciler:
             listing = list_owned(self.deps.clouds, self.controller, PassReport(now_ts=now))
         view = enrich(self.ctx, snap, now, listing)
         policy = self.effective_policy.current()
-        planned = planning_view(self.runtimes.annotate(view), policy)
+        annotated = self.runtimes.annotate(view)
+        planned = planning_view(annotated, policy)
         self.ranks = self.ranks.for_inputs(self.catalog, policy)
         plan = make_plan(planned, policy, self.catalog, self.backoff, now, ranks=self.ranks)
         report.decisions = len(plan.decisions)
@@ -260,6 +261,7 @@ class Reconciler:
         report.errors.extend(self.nodes.sync(now))
         revoke_ended(self.store, now)  # agent tokens end with their instances
         self.accounting.run(view, now, report, self.listings.gone_since)
+        self.accounting.jobs.record(annotated, now)  # with the runtimes predicted for them
         self.runtimes.learn(self.accounting.closed, now)
         self._keep_clocks(now)
         self.last_snapshot = view

@@ -44,6 +44,8 @@ class JobRow(Base):
     in_cloud: Mapped[int] = mapped_column(Integer, default=0)
     first_seen_ts: Mapped[float] = mapped_column(Float)
     last_seen_ts: Mapped[float] = mapped_column(Float)
+    predicted_runtime_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    prediction_source: Mapped[str] = mapped_column(String(16), default="")
 
 
 _FIELDS = (
@@ -71,6 +73,8 @@ def _record(r: JobRow) -> JobRecord:
         instance_ids=tuple(str(i) for i in r.instance_ids or ()),
         first_seen_ts=r.first_seen_ts,
         last_seen_ts=r.last_seen_ts,
+        predicted_runtime_s=r.predicted_runtime_s,
+        prediction_source=r.prediction_source,
     )
 
 
@@ -82,6 +86,7 @@ class JobStore(StoreBase, JobHistory):
         with self.fenced_transaction() as s:
             for rec in records:
                 row = s.get(JobRow, rec.job_id)
+                new = row is None
                 if row is None:
                     row = JobRow(job_id=rec.job_id, first_seen_ts=rec.first_seen_ts)
                     s.add(row)
@@ -94,6 +99,9 @@ class JobStore(StoreBase, JobHistory):
                 row.nodes = list(rec.nodes)
                 row.instance_ids = list(rec.instance_ids)
                 row.in_cloud = int(bool(rec.instance_ids))
+                if new or rec.predicted_runtime_s is not None:
+                    row.predicted_runtime_s = rec.predicted_runtime_s
+                    row.prediction_source = rec.prediction_source
                 s.flush()
                 n += 1
         return n

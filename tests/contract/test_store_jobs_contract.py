@@ -142,3 +142,17 @@ def test_pruning_forgets_closed_jobs_only(jobs: JobHistory) -> None:
     )
     assert jobs.prune_jobs(T0 + 5 * DAY) == 1
     assert sorted(r.job_id for r in jobs.job_records()) == ["new", "queued"]
+
+
+def test_a_prediction_made_while_waiting_is_kept_once_the_job_runs(jobs: JobHistory) -> None:
+    waiting = rec("9", T0 + 10, predicted_runtime_s=1800.0, prediction_source="group")
+    jobs.record_jobs([waiting])
+    running = rec("9", T0 + 40, state="running", start_ts=T0 + 30, nodes=("gpu-1",))
+    jobs.record_jobs([running])
+    got = jobs.job_record("9")
+    assert got is not None and got.state == "running"
+    assert (got.predicted_runtime_s, got.prediction_source) == (1800.0, "group")
+    newer = rec("9", T0 + 50, predicted_runtime_s=900.0, prediction_source="user")
+    jobs.record_jobs([newer])
+    got = jobs.job_record("9")
+    assert got is not None and (got.predicted_runtime_s, got.prediction_source) == (900.0, "user")

@@ -31,3 +31,13 @@ def test_a_burst_job_names_its_instances_and_a_pending_one_runs_nowhere():
     assert (b.nodes, b.start_ts, b.team, b.state) == ((), None, "none", "pending")
     assert (c.instance_ids, c.ran_s, c.end_ts, c.time_limit_s) == ((), 60.0, T0 + 61, 600.0)
     assert a.first_seen_ts == a.last_seen_ts == T0 + 930
+
+
+def test_only_a_waiting_jobs_learned_runtime_is_its_prediction():
+    learned = Job("1", 1, T0, expected_runtime_s=600.0, runtime_source="user")
+    given = Job("2", 1, T0, expected_runtime_s=600.0)  # an estimate given as is
+    running = Job("3", 1, T0, state=JobState.RUNNING, start_ts=T0, nodes=("gpu-1",),
+                  expected_runtime_s=600.0, runtime_source="group")  # fmt: skip
+    a, b, c = job_records([learned, given, running], {}, str, T0)
+    assert (a.predicted_runtime_s, a.prediction_source) == (600.0, "user")
+    assert (b.predicted_runtime_s, c.predicted_runtime_s) == (None, None)

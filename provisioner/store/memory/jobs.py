@@ -21,8 +21,16 @@ class MemoryJobHistory(JobHistory):
             old = staged.get(r.job_id) or self._jobs.get(r.job_id)
             if old is not None and r.last_seen_ts <= old.last_seen_ts:
                 continue
-            first = min(old.first_seen_ts, r.first_seen_ts) if old is not None else r.first_seen_ts
-            staged[r.job_id] = replace(r, first_seen_ts=first)
+            if old is None:
+                staged[r.job_id] = r
+                continue
+            keep = r.predicted_runtime_s is None
+            staged[r.job_id] = replace(
+                r,
+                first_seen_ts=min(old.first_seen_ts, r.first_seen_ts),
+                predicted_runtime_s=old.predicted_runtime_s if keep else r.predicted_runtime_s,
+                prediction_source=old.prediction_source if keep else r.prediction_source,
+            )
         self._jobs.update(staged)
         return len(staged)
 

@@ -5,7 +5,8 @@ Revises: 0009_controller_identity
 
 - jobs: one row per job id (domain/job_records.py): submit, eligible, start and end times,
   the time limit, GPUs and GRES type, partition, account, user, team, state, where it last ran
-  (nodes, and the cloud instances among them), first and last seen. The console's Jobs page
+  (nodes, and the cloud instances among them), first and last seen, and the runtime the
+  controller predicted while it waited. The console's Jobs page
   and the replay of the site's own past read it.
 """
 
@@ -41,6 +42,8 @@ def upgrade() -> None:
         sa.Column("in_cloud", sa.Integer(), nullable=False),
         sa.Column("first_seen_ts", sa.Float(), nullable=False),
         sa.Column("last_seen_ts", sa.Float(), nullable=False),
+        sa.Column("predicted_runtime_s", sa.Float(), nullable=True),
+        sa.Column("prediction_source", sa.String(length=16), nullable=False),
         sa.PrimaryKeyConstraint("job_id", name=op.f("pk_jobs")),
     )
     op.create_index("ix_jobs_submit_ts", "jobs", ["submit_ts"])
