@@ -27,6 +27,7 @@ from provisioner.api.routes.costs import costs_router
 from provisioner.api.routes.decisions import decisions_router
 from provisioner.api.routes.gpus import gpus_router
 from provisioner.api.routes.instances import instances_router
+from provisioner.api.routes.jobs import jobs_router
 from provisioner.api.routes.meta import meta_router
 from provisioner.api.routes.node_agent_token import node_agent_token_router
 from provisioner.api.routes.node_warnings import node_warnings_router
@@ -115,6 +116,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
         pools_router(),
         instances_router(),
         decisions_router(),
+        jobs_router(),
         operator_router(),
         telemetry_router(),
         costs_router(),

@@ -1,5 +1,5 @@
-"""`provisioner costs`, `provisioner budgets`, `provisioner decisions`: the same reports as the
-console, read from the API with a token, printed as rich tables, or as JSON / CSV for scripts."""
+"""`provisioner costs`, `budgets`, `decisions` and `jobs`: the same reports as the console,
+read from the API with a token, printed as rich tables, or as JSON / CSV for scripts."""
 
 from __future__ import annotations
 
@@ -153,7 +153,57 @@ def decisions(
     _emit(f"{len(rows)} decision(s)", cols, rows, data, as_json, as_csv)
 
 
+def _duration(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    m = int(seconds) // 60
+    return f"{m // 60}h{m % 60:02d}" if m >= 60 else f"{m}m{int(seconds) % 60:02d}s"
+
+
+def jobs(
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = "",
+    state: Annotated[str, typer.Option("--state", help="e.g. pending,running")] = "",
+    team: Annotated[str, typer.Option("--team", help="Only this team's jobs.")] = "",
+    partition: Annotated[str, typer.Option("--partition")] = "",
+    where: Annotated[str, typer.Option("--where", help="cloud or onprem")] = "",
+    from_: Annotated[str, typer.Option("--from", help="ISO date or date-time (UTC).")] = "",
+    to: Annotated[str, typer.Option("--to", help="ISO date or date-time (UTC).")] = "",
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+) -> None:
+    """Jobs, newest submit first: waited, ran, where, dollars and the decision that placed them."""
+    from provisioner.cli.report_client import get_json
+
+    params = {"state": state, "team": team, "partition": partition, "where": where,
+              "from": from_, "to": to, "limit": limit}  # fmt: skip
+    data = get_json(url, token, "/v1/jobs", params)
+    cols = ["job", "state", "team", "where", "gpus", "waited", "ran", "usd", "decision"]
+    rows = [
+        [
+            j["job_id"],
+            j["state"],
+            j["team"],
+            j["where"] or "-",
+            j["gpus"],
+            _duration(j["waited_s"]),
+            _duration(j["ran_s"]),
+            f"{Decimal(j['cost_usd']):,.2f}",
+            " ".join(j["decision_ids"]) or None,
+        ]
+        for j in data
+    ]
+    if as_csv:  # scripts get exact figures
+        rows = [
+            [*r[:5], j["waited_s"], j["ran_s"], j["cost_usd"], r[8]]
+            for r, j in zip(rows, data, strict=True)
+        ]
+    _emit(f"{len(rows)} job(s)", cols, rows, data, as_json, as_csv, numeric=("gpus", "usd"))
+
+
 def register(app: typer.Typer) -> None:
     app.command("costs")(friendly_errors(costs))
     app.command("budgets")(friendly_errors(budgets))
     app.command("decisions")(friendly_errors(decisions))
+    app.command("jobs")(friendly_errors(jobs))

@@ -54,6 +54,13 @@ class JobRecord:
         return bool(self.instance_ids)
 
     @property
+    def placement(self) -> str:
+        """Where it ran: "cloud" (on an instance), "onprem", or "" (it has not run)."""
+        if self.instance_ids:
+            return "cloud"
+        return "onprem" if self.nodes else ""
+
+    @property
     def waited_s(self) -> float | None:
         """From submit (or eligibility, when later) to start; None while it has not started."""
         if self.start_ts is None:

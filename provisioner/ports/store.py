@@ -378,6 +378,11 @@ class Ledger(Protocol):
         """Ledger rows, in start order (then insertion order), filtered."""
         ...
 
+    def job_costs(self, job_ids: Collection[str]) -> dict[str, Decimal]:
+        """Each given job's dollars in the ledger (all kinds, all time), summed exactly; a
+        job with no row is left out."""
+        ...
+
 
 class TokenRepo(Protocol):
     """API tokens as salted hashes; the secret never reaches the store."""
@@ -619,7 +624,7 @@ class JobHistory(Protocol):
         states: Collection[str] | None = None,
         team: str | None = None,
         partition: str | None = None,
-        in_cloud: bool | None = None,
+        placement: str | None = None,
         since: float | None = None,
         until: float | None = None,
         limit: int | None = None,
@@ -627,7 +632,7 @@ class JobHistory(Protocol):
     ) -> list[JobRecord]:
         """Newest submit first (then job id). `since`/`until`: jobs alive in [since, until),
         that is submitted before `until` and open, or ended (else last seen) at or after
-        `since`. `in_cloud`: ran on a cloud instance (True) or not (False)."""
+        `since`. `placement`: where it ran ("cloud", "onprem", "" for not yet)."""
         ...
 
     def job_record(self, job_id: str) -> JobRecord | None:

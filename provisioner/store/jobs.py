@@ -41,7 +41,7 @@ class JobRow(Base):
     time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     nodes: Mapped[list[Any]] = mapped_column(JSON, default=list)
     instance_ids: Mapped[list[Any]] = mapped_column(JSON, default=list)
-    in_cloud: Mapped[int] = mapped_column(Integer, default=0)
+    placement: Mapped[str] = mapped_column(String(8), default="")
     first_seen_ts: Mapped[float] = mapped_column(Float)
     last_seen_ts: Mapped[float] = mapped_column(Float)
     predicted_runtime_s: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -98,7 +98,7 @@ class JobStore(StoreBase, JobHistory):
                     setattr(row, f, getattr(rec, f))
                 row.nodes = list(rec.nodes)
                 row.instance_ids = list(rec.instance_ids)
-                row.in_cloud = int(bool(rec.instance_ids))
+                row.placement = rec.placement
                 if new or rec.predicted_runtime_s is not None:
                     row.predicted_runtime_s = rec.predicted_runtime_s
                     row.prediction_source = rec.prediction_source
@@ -126,7 +126,7 @@ class JobStore(StoreBase, JobHistory):
         states: Collection[str] | None = None,
         team: str | None = None,
         partition: str | None = None,
-        in_cloud: bool | None = None,
+        placement: str | None = None,
         since: float | None = None,
         until: float | None = None,
         limit: int | None = None,
@@ -139,8 +139,8 @@ class JobStore(StoreBase, JobHistory):
             q = q.where(JobRow.team == team)
         if partition is not None:
             q = q.where(JobRow.partition == partition)
-        if in_cloud is not None:
-            q = q.where(JobRow.in_cloud == int(in_cloud))
+        if placement is not None:
+            q = q.where(JobRow.placement == placement)
         if until is not None:
             q = q.where(JobRow.submit_ts < until)
         if since is not None:

@@ -4,7 +4,7 @@ The behaviour each method promises is written on its port, `provisioner.ports.st
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -420,6 +420,20 @@ class LedgerStore(StoreBase, Ledger):
             q = q.where(LedgerRow.job_id == job_id)
         with self.reading() as s:
             return [_entry(r) for r in s.scalars(q.order_by(LedgerRow.start_ts, LedgerRow.id))]
+
+    def job_costs(self, job_ids: Collection[str]) -> dict[str, Decimal]:
+        wanted = sorted({j for j in job_ids if j})
+        out: dict[str, Decimal] = {}
+        with self.reading() as s:
+            for i in range(0, len(wanted), 500):  # bounded IN lists
+                q = (
+                    select(LedgerRow.job_id, func.sum(LedgerRow.cost_micros))
+                    .where(LedgerRow.job_id.in_(wanted[i : i + 500]))
+                    .group_by(LedgerRow.job_id)
+                )
+                for job_id, micros in s.execute(q):
+                    out[str(job_id)] = Decimal(int(micros)).scaleb(-6)
+        return out
 
 
 # --------------------------------------------------------------------------- row <-> record

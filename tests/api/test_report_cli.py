@@ -87,3 +87,22 @@ def test_bad_token_and_missing_token_are_clear_errors(served):
         app, ["costs", "--url", url, "--token", env.tokens["viewer"], "--group-by", "colour"]
     )
     assert r.exit_code == 1 and "group_by" in r.output
+
+
+def test_jobs_table_at_80_columns_json_and_csv(served):
+    from test_api_jobs import seed_jobs
+
+    env, url = served
+    seed_jobs(env)
+    tok = env.tokens["viewer"]
+    want = api(env, "/v1/jobs")
+    assert json.loads(run("jobs", "--url", url, "--token", tok, "--json")) == want
+    rows = list(csv.DictReader(io.StringIO(run("jobs", "--url", url, "--token", tok, "--csv"))))
+    assert [(r["job"], r["usd"]) for r in rows] == [(j["job_id"], j["cost_usd"]) for j in want]
+    r = CliRunner().invoke(
+        app, ["jobs", "--url", url, "--token", tok, "--where", "cloud"], env={"COLUMNS": "80"}
+    )
+    assert r.exit_code == 0, r.output
+    assert "555" in r.output and "5.46" in r.output and "d-1" in r.output
+    assert "556" not in r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 80

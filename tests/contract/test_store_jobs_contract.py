@@ -123,8 +123,9 @@ def test_filters_and_pages_newest_submit_first(jobs: JobHistory) -> None:
     assert [r.job_id for r in jobs.job_records(limit=2, offset=1)] == ["d", "b"]
     assert [r.job_id for r in jobs.job_records(team="vision")] == ["c", "d", "a"]
     assert [r.job_id for r in jobs.job_records(partition="cloud")] == ["b"]
-    assert [r.job_id for r in jobs.job_records(in_cloud=True)] == ["b"]
-    assert [r.job_id for r in jobs.job_records(in_cloud=False)] == ["c", "d", "a"]
+    assert [r.job_id for r in jobs.job_records(placement="cloud")] == ["b"]
+    assert [r.job_id for r in jobs.job_records(placement="onprem")] == ["c"]
+    assert [r.job_id for r in jobs.job_records(placement="")] == ["d", "a"]
     assert [r.job_id for r in jobs.job_records(states={"completed"})] == ["c"]
     # alive in [T0 + 3.5 h, T0 + 4 h): open jobs, and none that ended at T0 + 3 h
     assert [r.job_id for r in jobs.job_records(since=T0 + 3.5 * H)] == ["d", "b", "a"]

@@ -67,6 +67,22 @@ def test_ledger_rows_read_back_in_start_then_insertion_order(ledger: Ledger) -> 
     assert ledger.add_ledger([]) == 0
 
 
+def test_job_costs_sum_each_jobs_rows_exactly(ledger: Ledger) -> None:
+    ledger.add_ledger(
+        [
+            entry(T0, "0.100001", job_id="j-1", instance_id="i-1"),
+            entry(T0 + 60, "0.200002", LedgerKind.ENERGY, job_id="j-1"),
+            entry(T0 + 120, "1.5", job_id="j-2"),
+            entry(T0 + 180, "9", LedgerKind.IDLE, instance_id="i-1"),  # no job
+        ]
+    )
+    assert ledger.job_costs(["j-1", "j-2", "j-3", ""]) == {
+        "j-1": Decimal("0.300003"),
+        "j-2": Decimal("1.5"),
+    }
+    assert ledger.job_costs([]) == {}
+
+
 def test_a_ledger_row_keeps_every_field(ledger: Ledger) -> None:
     e = LedgerEntry(
         start_ts=T0 + 0.25,

@@ -50,7 +50,7 @@ class MemoryJobHistory(JobHistory):
         states: Collection[str] | None = None,
         team: str | None = None,
         partition: str | None = None,
-        in_cloud: bool | None = None,
+        placement: str | None = None,
         since: float | None = None,
         until: float | None = None,
         limit: int | None = None,
@@ -62,7 +62,7 @@ class MemoryJobHistory(JobHistory):
             if (states is None or r.state in states)
             and (team is None or r.team == team)
             and (partition is None or r.partition == partition)
-            and (in_cloud is None or r.in_cloud == in_cloud)
+            and (placement is None or r.placement == placement)
             and (until is None or r.submit_ts < until)
             and (since is None or r.open or _ended(r) >= since)
         ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
@@ -210,6 +210,14 @@ class MemoryLedger(Ledger):
             if (instance_id is None or e.instance_id == instance_id)
             and (job_id is None or e.job_id == job_id)
         ]
+
+    def job_costs(self, job_ids: Collection[str]) -> dict[str, Decimal]:
+        wanted = {j for j in job_ids if j}
+        out: dict[str, Decimal] = {}
+        for e in self._rows:
+            if e.job_id in wanted:
+                out[e.job_id] = out.get(e.job_id, Decimal(0)) + e.cost
+        return out
 
     def _window(self, from_ts: float | None, to_ts: float | None) -> list[LedgerEntry]:
         """Rows starting in [from_ts, to_ts), in start order, then insertion order."""

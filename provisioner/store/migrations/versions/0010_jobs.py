@@ -39,7 +39,7 @@ def upgrade() -> None:
         sa.Column("time_limit_s", sa.Float(), nullable=True),
         sa.Column("nodes", sa.JSON(), nullable=False),
         sa.Column("instance_ids", sa.JSON(), nullable=False),
-        sa.Column("in_cloud", sa.Integer(), nullable=False),
+        sa.Column("placement", sa.String(length=8), nullable=False),
         sa.Column("first_seen_ts", sa.Float(), nullable=False),
         sa.Column("last_seen_ts", sa.Float(), nullable=False),
         sa.Column("predicted_runtime_s", sa.Float(), nullable=True),
