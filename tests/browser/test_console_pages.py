@@ -22,7 +22,9 @@ from tests.browser.conftest import REPO, Console, Served, api
 # Generous: the session fixtures start, run and stop the demo on a possibly loaded machine.
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
-PAGES = ("/", "/costs", "/budgets", "/decisions", "/instances", "/gpus", "/iac", "/whatif")
+PAGES = (
+    "/", "/costs", "/budgets", "/decisions", "/jobs", "/instances", "/gpus", "/iac", "/whatif",
+)  # fmt: skip
 
 
 @pytest.fixture
@@ -353,3 +355,32 @@ def test_a_clouds_refusal_shows_on_the_decisions_page_as_an_alert_in_its_own_wor
     row = page.locator("tr[data-decision='d-browser-late']")
     assert row.locator("[data-alert]").count() == 0  # capacity: no alert
     assert "no capacity" in row.inner_text()
+
+
+def test_the_jobs_page_shows_the_tables_jobs_with_their_ledger_dollars(
+    viewer: Console, finished: Served
+):
+    """Issue 33: the Jobs page lists what `GET /v1/jobs` lists, filtered the same way; each
+    cloud job's dollars are the sum of its own ledger rows (read from the store, summed here),
+    and its decision is one the controller recorded."""
+    page = viewer.goto("/jobs?where=cloud")
+    want = api(finished.url, finished.viewer, "/v1/jobs", where="cloud", limit=200)
+    assert want, "the demo ran no job in the cloud"
+    shown = page.eval_on_selector_all(
+        "#job-table tbody tr",
+        "rows => rows.map(r => [r.dataset.job, "
+        "r.querySelector('[data-field=cost_usd]').dataset.usd])",
+    )
+    assert [job for job, _ in shown] == [j["job_id"] for j in want]
+    for (job, usd), j in zip(shown, want, strict=True):
+        rows = finished.store.ledger_entries(job_id=job)
+        assert Decimal(usd) == sum((e.cost for e in rows), Decimal(0)), job
+        assert j["where"] == "cloud" and j["instance_ids"]
+        for d in j["decision_ids"]:
+            assert api(finished.url, finished.viewer, f"/v1/decisions/{d}")["decision_id"] == d
+    assert int(page.inner_text("#job-count")) == len(want)
+    page = viewer.goto("/jobs?state=pending")
+    states = page.eval_on_selector_all(
+        "#job-table tbody tr td .state", "s => s.map(x => x.textContent)"
+    )
+    assert set(states) <= {"pending"}

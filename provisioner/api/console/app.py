@@ -39,6 +39,7 @@ PAGES = (
     ("costs", "/costs", "Costs"),
     ("budgets", "/budgets", "Budgets"),
     ("decisions", "/decisions", "Decisions"),
+    ("jobs", "/jobs", "Jobs"),
     ("instances", "/instances", "Instances"),
     ("gpus", "/gpus", "GPUs"),
     ("iac", "/iac", "IaC reviews"),
@@ -287,6 +288,9 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
         data = views.decisions(_deps(request), q.get("job"), q.get("team"), q.get("reason"))
         return page(request, "decisions", {"d": data})
 
+    def jobs(request: Request, sess: Session) -> Response:
+        return page(request, "jobs", {"j": views.jobs(_deps(request), request.query_params)})
+
     def instances(request: Request, sess: Session) -> Response:
         return page(request, "instances", {"i": views.instances(_deps(request))})
 
@@ -307,6 +311,7 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
         ("/focus.csv", focus_csv),
         ("/budgets", budgets),
         ("/decisions", decisions),
+        ("/jobs", jobs),
         ("/instances", instances),
         ("/gpus", gpus),
         ("/iac", iac),

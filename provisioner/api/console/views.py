@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any
@@ -22,7 +23,9 @@ from provisioner.account.gpu_waste import DEFAULT_ALERT_MAX_AGE_S, gpu_alerts, g
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, parse_kinds
 from provisioner.api import render
 from provisioner.api.deps import ApiDeps
+from provisioner.api.jobs_view import job_dicts
 from provisioner.api.telemetry_views import alerts_dict, policy_of, refusals_dict, waste_dict
+from provisioner.domain.job_records import JOB_STATES
 from provisioner.domain.nodes import NodeKind
 from provisioner.domain.telemetry import DEFAULT_MAX_AGE_S
 from provisioner.plan.reasons import kind_of_reason, reason_words
@@ -325,6 +328,32 @@ def decisions(
         "reasons": sorted(counts),
         "teams": sorted({d["team"] for d in _decisions(deps, limit=1000) if d["team"]}),
         "words": {k: reason_words(k) for k in counts},
+    }
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+def jobs(deps: ApiDeps, q: Mapping[str, str], limit: int = 200) -> dict[str, Any]:
+    """The Jobs page: the jobs table filtered by state, team, partition and where it ran."""
+    filters = {k: (q.get(k) or "").strip() for k in ("state", "team", "partition", "where")}
+    where = filters["where"] if filters["where"] in ("cloud", "onprem") else ""
+    state = filters["state"] if filters["state"] in JOB_STATES else ""
+    records = deps.store.job_records(
+        states={state} if state else None,
+        team=filters["team"] or None,
+        partition=filters["partition"] or None,
+        placement=where or None,
+        limit=limit,
+    )
+    teams = sorted({r.team for r in deps.store.job_records(limit=2000) if r.team})
+    return {
+        "rows": job_dicts(deps.store, records),
+        **filters,
+        "where": where,
+        "state": state,
+        "states": JOB_STATES,
+        "teams": teams,
     }
 
 
