@@ -31,7 +31,7 @@ class RateLimits:
 class ApiRateLimiter:
     limits: RateLimits = field(default_factory=RateLimits)
     clock: Callable[[], float] = time.monotonic
-    _windows: dict[str, RateWindow] = field(default_factory=dict)
+    _windows: dict[str, RateWindow] = field(init=False)
 
     def __post_init__(self) -> None:
         self._windows = {

@@ -80,6 +80,11 @@ def node_hardware(store: ControllerStore, snap: ClusterSnapshot, node: str) -> N
     for inst in snap.instances:
         if inst.node_name == node and not inst.state.terminal:
             return NodeHardware(node, inst.gpus, inst.gpu_model, "instance")
+    return _live_instance_hardware(store, node)
+
+
+def _live_instance_hardware(store: ControllerStore, node: str) -> NodeHardware | None:
+    """The instance type of the live instance of ours that carries the node's name."""
     for si in store.instances(live_only=True):
         if si.instance.node_name == node:
             return NodeHardware(node, si.instance.gpus, si.instance.gpu_model, "instance")
@@ -88,9 +93,9 @@ def node_hardware(store: ControllerStore, snap: ClusterSnapshot, node: str) -> N
 
 def stored_hardware(store: ControllerStore, node: str) -> NodeHardware | None:
     """What the store alone knows of a node: a live instance's type, or the GPUs stored for it."""
-    for si in store.instances(live_only=True):
-        if si.instance.node_name == node:
-            return NodeHardware(node, si.instance.gpus, si.instance.gpu_model, "instance")
+    hw = _live_instance_hardware(store, node)
+    if hw is not None:
+        return hw
     kept = [g.index for t in store.telemetry(node) for g in t.gpus]
     if not kept:
         return None

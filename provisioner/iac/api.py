@@ -76,26 +76,18 @@ class RenderLimiter:
         self.per_minute = per_minute
         self.clock = clock
         self.busy = threading.Lock()
-        self._lock = threading.Lock()
-        self._recent: dict[str, list[float]] = {}
+        self._window = RateWindow(per_minute)
 
     def admit(self, caller: str) -> None:
         """Count a render for `caller`, or raise a 429."""
-        now = self.clock()
-        with self._lock:
-            times = [t for t in self._recent.get(caller, []) if now - t < 60.0]
-            if len(times) >= self.per_minute:
-                retry = max(1, int(60.0 - (now - times[0])) + 1)
-                raise HTTPException(
-                    429,
-                    f"at most {self.per_minute} uncached IaC reviews a minute per caller; "
-                    f"retry in {retry} s",
-                    headers={"Retry-After": str(retry)},
-                )
-            times.append(now)
-            self._recent[caller] = times
-            if len(self._recent) > 10_000:  # forget idle callers
-                self._recent = {k: v for k, v in self._recent.items() if v and now - v[-1] < 60}
+        retry = self._window.admit(caller, self.clock())
+        if retry is not None:
+            raise HTTPException(
+                429,
+                f"at most {self.per_minute} uncached IaC reviews a minute per caller; "
+                f"retry in {retry} s",
+                headers={"Retry-After": str(retry)},
+            )
 
 
 def _caller(request: Request) -> str:
