@@ -145,13 +145,21 @@ class Driver:
         self.c = c
         self.vms = vms
         self.errors: list[str] = []
+        self.pass_clocks: list[float] = []  # the controller's clock at each pass, in order
+
+    def first_pass_after(self, ts: float) -> float:
+        """The clock of the first pass later than `ts`: when a deadline at `ts` could first be
+        seen, however slowly passes ran on a loaded machine."""
+        return next(t for t in self.pass_clocks if t > ts)
 
     def until(self, what: str, cond: Callable[[], T | None], timeout: float) -> T:
         deadline = time.monotonic() + timeout
         while True:
             self.vms.sync()
             assert isinstance(self.c.clock, ManualClock)
-            self.c.clock.set(datetime.now(UTC))
+            now = datetime.now(UTC)
+            self.c.clock.set(now)
+            self.pass_clocks.append(now.timestamp())
             report = self.c.reconciler.run_pass()
             self.errors.extend(report.errors)
             got = cond()
