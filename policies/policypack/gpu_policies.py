@@ -23,6 +23,8 @@ from pulumi_policy import (
     ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
 )
 
 AWS_LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -48,13 +50,14 @@ DEFAULT_ALLOWED = (
 DEFAULT_MAX_POOL_NODES = 16
 
 Validate = Callable[[ResourceValidationArgs, ReportViolation], None]
+StackValidate = Callable[[StackValidationArgs, ReportViolation], None]
 
 
 def _truthy(value: Any) -> bool:
     return value is True or str(value).lower() == "true"
 
 
-def _config(args: ResourceValidationArgs) -> Mapping[str, Any]:
+def _config(args: ResourceValidationArgs | StackValidationArgs) -> Mapping[str, Any]:
     return args.get_config() or {}
 
 
@@ -171,19 +174,33 @@ def pool_max_within_cap(args: ResourceValidationArgs, report: ReportViolation) -
             report(f"targetSize {size:g} exceeds the cap of {cap:g} nodes")
 
 
-def batch_pools_use_spot(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    props = args.props
+def batch_pools_use_spot(args: StackValidationArgs, report: ReportViolation) -> None:
+    """A stack rule, because the verdict is the pool's: a batch pool with `capacity: any` has an
+    on-demand group on purpose, as the fallback beside its spot groups. It is told to use spot
+    only when none of its groups can (once, on its first template)."""
     exempt = set(_config(args).get("onDemandBatchPools") or [])
-    if args.resource_type == AWS_LT:
-        tags = _aws_tags(props)
-        spot = (props.get("instanceMarketOptions") or {}).get("marketType") == "spot"
-    elif args.resource_type == GCP_TPL:
-        tags = _labels(props)
-        spot = (props.get("scheduling") or {}).get("provisioningModel") == "SPOT"
-    else:
-        return
-    if tags.get("workload") == "batch" and not spot and tags.get("pool") not in exempt:
-        report(f"pool {tags.get('pool')!r} is a batch pool and should run on spot capacity")
+    spot: dict[str, bool] = {}
+    first: dict[str, str] = {}
+    for r in args.resources:
+        props = r.props
+        if r.resource_type == AWS_LT:
+            tags = _aws_tags(props)
+            is_spot = (props.get("instanceMarketOptions") or {}).get("marketType") == "spot"
+        elif r.resource_type == GCP_TPL:
+            tags = _labels(props)
+            is_spot = (props.get("scheduling") or {}).get("provisioningModel") == "SPOT"
+        else:
+            continue
+        pool = tags.get("pool", "")
+        if tags.get("workload") != "batch" or pool in exempt:
+            continue
+        spot[pool] = spot.get(pool, False) or is_spot
+        first.setdefault(pool, r.urn)
+    for pool in sorted(p for p, any_spot in spot.items() if not any_spot):
+        report(
+            f"pool {pool!r} is a batch pool with no spot capacity (capacity: on-demand)",
+            first[pool],
+        )
 
 
 def gpus_terminate_on_maintenance(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -191,6 +208,20 @@ def gpus_terminate_on_maintenance(args: ResourceValidationArgs, report: ReportVi
         return
     if (args.props.get("scheduling") or {}).get("onHostMaintenance") != "TERMINATE":
         report("GPU VMs cannot live-migrate: scheduling.onHostMaintenance must be TERMINATE")
+
+
+# The resource types each rule reads: on a pool with none of them (an AWS rule on a GCP pool)
+# the review says "not applicable", never "pass".
+RESOURCE_TYPES: dict[str, tuple[str, ...]] = {
+    "gpu-instance-types-allowed": (AWS_LT, GCP_TPL),
+    "cost-tags-present": (AWS_LT, AWS_ASG, GCP_TPL),
+    "no-public-ip": (AWS_LT, GCP_TPL),
+    "encrypted-disks": (AWS_LT, GCP_TPL),
+    "imdsv2-required": (AWS_LT,),
+    "pool-max-size-within-cap": (AWS_ASG, GCP_MIG),
+    "batch-pools-use-spot": (AWS_LT, GCP_TPL),
+    "gpu-terminate-on-host-maintenance": (GCP_TPL,),
+}
 
 
 def _policy(
@@ -235,13 +266,15 @@ POLICIES = [
         pool_max_within_cap,
         config={"maxPoolNodes": {"type": "number"}, "poolMaxNodes": {"type": "object"}},
     ),
-    # Advisory by default: a batch pool with `capacity: any` falls back to on-demand on purpose.
-    _policy(
-        "batch-pools-use-spot",
-        "Batch pools run on spot capacity.",
-        batch_pools_use_spot,
-        EnforcementLevel.ADVISORY,
-        config={"onDemandBatchPools": {"type": "array", "items": {"type": "string"}}},
+    # Advisory by default: an admin may choose on-demand for a batch pool on purpose.
+    StackValidationPolicy(
+        name="batch-pools-use-spot",
+        description="Batch pools can run on spot capacity.",
+        validate=batch_pools_use_spot,
+        enforcement_level=EnforcementLevel.ADVISORY,
+        config_schema=PolicyConfigSchema(
+            properties={"onDemandBatchPools": {"type": "array", "items": {"type": "string"}}}
+        ),
     ),
     _policy(
         "gpu-terminate-on-host-maintenance",

@@ -67,10 +67,37 @@ class PolicyInfo:
     name: str
     description: str
     level: str
+    # The resource types the rule reads; () when the pack does not say (it may read any).
+    resource_types: tuple[str, ...] = ()
+
+    def applies_to(self, types: Iterable[str]) -> bool:
+        """Whether the rule reads any of these resource types (a pool's)."""
+        return not self.resource_types or bool(set(self.resource_types) & set(types))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "level": self.level,
+            "resource_types": [short_type(t) for t in self.resource_types],
+        }
+
+
+@dataclass(frozen=True)
+class Pack:
+    """The pack's rules, and the resource types each reads (`RESOURCE_TYPES`, optional)."""
+
+    policies: list[Any]
+    resource_types: dict[str, tuple[str, ...]]
 
 
 def load_policies(pack_dir: Path | None = None) -> list[Any]:
     """`POLICIES` from the pack's `gpu_policies.py` (never its `__main__`)."""
+    return load_pack(pack_dir).policies
+
+
+def load_pack(pack_dir: Path | None = None) -> Pack:
+    """The pack's `gpu_policies.py` (never its `__main__`): `POLICIES` and `RESOURCE_TYPES`."""
     path = (pack_dir or default_policy_pack()) / "gpu_policies.py"
     if not path.is_file():
         raise ConfigError(str(path), "", "policy pack module not found")
@@ -79,8 +106,8 @@ def load_policies(pack_dir: Path | None = None) -> list[Any]:
         raise ConfigError(str(path), "", "cannot load the policy pack module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    policies: list[Any] = list(module.POLICIES)
-    return policies
+    types = getattr(module, "RESOURCE_TYPES", {})
+    return Pack(list(module.POLICIES), {str(k): tuple(v) for k, v in types.items()})
 
 
 def load_policy_config(path: Path | None) -> dict[str, dict[str, Any]]:
@@ -114,7 +141,7 @@ class Guard:
 
     def __init__(
         self,
-        policies: Sequence[Any] | None = None,
+        policies: Sequence[Any] | Pack | None = None,
         config: Mapping[str, Mapping[str, Any]] | None = None,
         *,
         source: str = "",
@@ -122,7 +149,11 @@ class Guard:
         from pulumi_policy import EnforcementLevel
         from pulumi_policy.policy import _PolicyAnalyzerServicer
 
-        self.policies = list(policies if policies is not None else load_policies())
+        pack = load_pack() if policies is None else policies
+        if isinstance(pack, Pack):
+            self.policies, self.resource_types = list(pack.policies), dict(pack.resource_types)
+        else:
+            self.policies, self.resource_types = list(pack), {}
         self.source = source
         by_name = {p.name: p for p in self.policies}
         unknown = sorted(set(config or {}) - set(by_name))
@@ -152,7 +183,29 @@ class Guard:
         self._svc.Configure(req, None)  # type: ignore[no-untyped-call]
 
     def describe(self) -> list[PolicyInfo]:
-        return [PolicyInfo(p.name, p.description, self.levels[p.name]) for p in self.policies]
+        return [
+            PolicyInfo(
+                p.name, p.description, self.levels[p.name], self.resource_types.get(p.name, ())
+            )
+            for p in self.policies
+        ]
+
+    @staticmethod
+    def _violation(d: Any, r: Resource, descriptions: Mapping[str, str]) -> Violation:
+        from pulumi.runtime.proto import analyzer_pb2
+
+        message = str(d.message)
+        desc = descriptions.get(d.policyName, "")
+        if desc and message.startswith(desc):
+            message = message[len(desc) :].lstrip("\n ")
+        return Violation(
+            policy=str(d.policyName),
+            level=analyzer_pb2.EnforcementLevel.Name(d.enforcementLevel).lower(),
+            resource_type=r.type,
+            resource=r.name,
+            pool=r.pool,
+            message=message,
+        )
 
     def evaluate(self, resources: Iterable[Resource]) -> list[Violation]:
         from google.protobuf import struct_pb2
@@ -160,28 +213,23 @@ class Guard:
 
         descriptions = {p.name: p.description for p in self.policies}
         out: list[Violation] = []
+        by_urn: dict[str, Resource] = {}
+        stack = analyzer_pb2.AnalyzeStackRequest()
         for r in resources:
             s = struct_pb2.Struct()
             s.update(dict(r.inputs))
             urn = f"urn:pulumi:iac-review::gpu-burst-pools::{r.type}::{r.name}"
+            by_urn[urn] = r
+            stack.resources.append(
+                analyzer_pb2.AnalyzerResource(type=r.type, properties=s, urn=urn, name=r.name)
+            )
             resp = self._svc.Analyze(  # type: ignore[no-untyped-call]
                 analyzer_pb2.AnalyzeRequest(type=r.type, properties=s, urn=urn, name=r.name), None
             )
-            for d in resp.diagnostics:
-                message = str(d.message)
-                desc = descriptions.get(d.policyName, "")
-                if desc and message.startswith(desc):
-                    message = message[len(desc) :].lstrip("\n ")
-                out.append(
-                    Violation(
-                        policy=str(d.policyName),
-                        level=analyzer_pb2.EnforcementLevel.Name(d.enforcementLevel).lower(),
-                        resource_type=r.type,
-                        resource=r.name,
-                        pool=r.pool,
-                        message=message,
-                    )
-                )
+            out += [self._violation(d, r, descriptions) for d in resp.diagnostics]
+        # Rules whose verdict is a pool's, not one resource's (a batch pool's spot groups).
+        resp = self._svc.AnalyzeStack(stack, None)  # type: ignore[no-untyped-call]
+        out += [self._violation(d, by_urn[d.urn], descriptions) for d in resp.diagnostics]
         return sorted(out, key=lambda v: (v.level != "mandatory", v.policy, v.pool, v.resource))
 
 

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 MAX_RESOURCES_SHOWN = 60
+MAX_NAMES_PER_FINDING = 5  # a finding on many resources names a few; the JSON has them all
 MAX_VALUE_CHARS = 80
 
 
@@ -151,6 +152,8 @@ def _pool_details(p: Mapping[str, Any]) -> list[str]:
 
 
 def _violation_lines(vs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per policy, then one per distinct finding (pool and message), naming the
+    resources it holds for: the same finding on 20 templates is one line, not 20."""
     out: list[str] = []
     by_policy: dict[str, list[Mapping[str, Any]]] = {}
     for v in vs:
@@ -161,21 +164,45 @@ def _violation_lines(vs: Sequence[Mapping[str, Any]]) -> list[str]:
             f"- `{policy}` ({items[0]['level']}): {len(items)} resource"
             f"{'s' if len(items) != 1 else ''}{f', {new} new' if new else ''}"
         )
-        for v in items[:MAX_RESOURCES_SHOWN]:
-            out.append(
-                f"  - `{v['display_type']}` `{v['resource']}` (pool {v['pool'] or '–'}): "
-                f"{_cell(v['message'])}"
+        findings: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for v in items:
+            findings.setdefault((v["pool"] or "–", v["message"]), []).append(v)
+        for (pool, message), same in findings.items():
+            shown = ", ".join(
+                f"`{v['display_type']}` `{v['resource']}`" for v in same[:MAX_NAMES_PER_FINDING]
             )
-        if len(items) > MAX_RESOURCES_SHOWN:
-            out.append(f"  - … and {len(items) - MAX_RESOURCES_SHOWN} more (see the JSON report)")
+            more = len(same) - MAX_NAMES_PER_FINDING
+            more_text = f" and {more} more (see the JSON report)" if more > 0 else ""
+            out.append(f"  - pool {pool}: {_cell(message)} ({shown}{more_text})")
     return out
+
+
+def _not_applicable(r: Mapping[str, Any]) -> list[str]:
+    """Rules that read none of a pool's resources (an AWS-only rule on a GCP pool): they did not
+    pass there, they do not apply."""
+    by_policy: dict[str, list[str]] = {}
+    for p in r["pools"]:
+        if p["status"] == "removed":
+            continue
+        for pv in p.get("policy_verdicts", []):
+            if pv["verdict"] == "not applicable":
+                by_policy.setdefault(pv["policy"], []).append(p["name"])
+    if not by_policy:
+        return []
+    where = "; ".join(f"`{k}` on {', '.join(f'`{n}`' for n in v)}" for k, v in by_policy.items())
+    return [f"Not applicable (the pool has none of the resources the rule reads): {where}.", ""]
 
 
 def _violations(r: Mapping[str, Any]) -> list[str]:
     vs = r["violations"]
     out = ["### Policy violations", ""]
     if not vs:
-        out += [f"None: all {len(r['policies'])} policies of the CrossGuard pack pass.", ""]
+        out += [
+            f"None: each of the {len(r['policies'])} policies of the pack passes where it applies.",
+            "",
+        ]
+    out += _not_applicable(r)
+    if not vs:
         return out
     mandatory = [v for v in vs if v["level"] == "mandatory"]
     others = [v for v in vs if v["level"] != "mandatory"]

@@ -31,7 +31,7 @@ from provisioner.iac.diff import (
     model_changes,
     summarize,
 )
-from provisioner.iac.guard import Guard, PolicyInfo, Violation, load_policies, load_policy_config
+from provisioner.iac.guard import Guard, PolicyInfo, Violation, load_pack, load_policy_config
 from provisioner.iac.preview import Rendering, detect, run_previews
 from provisioner.iac.pricing import DEFAULT_EXPECTED_USE, PoolCost, price_pool
 from provisioner.iac.render import PoolProgram, PoolSpecs, Resource, render_specs, specs_for_policy
@@ -45,6 +45,7 @@ from provisioner.iac.sources import (
     load_git,
     package_program_file,
 )
+from provisioner.shown_paths import display_path
 
 if TYPE_CHECKING:
     from provisioner.ports.store import DecisionLog
@@ -66,6 +67,7 @@ class PoolReview:
     cost_head: PoolCost | None = None
     violations: list[Violation] = field(default_factory=list)
     placement: dict[str, Any] = field(default_factory=dict)  # where the head puts its VMs
+    verdicts: dict[str, str] = field(default_factory=dict)  # policy -> its verdict on the pool
 
     @property
     def expected_usd_month_delta(self) -> Decimal:
@@ -94,6 +96,7 @@ class PoolReview:
             },
             "violations": [v.to_dict() for v in self.violations],
             "placement": self.placement,
+            "policy_verdicts": [{"policy": k, "verdict": v} for k, v in self.verdicts.items()],
         }
 
 
@@ -182,10 +185,7 @@ class Review:
             "violations": [
                 {**v.to_dict(), "new": v.key in self.new_violations} for v in self.violations
             ],
-            "policies": [
-                {"name": p.name, "level": p.level, "description": p.description}
-                for p in self.policies
-            ],
+            "policies": [p.to_dict() for p in self.policies],
             "rendering": self.rendering.to_dict(),
             "notes": list(self.notes),
         }
@@ -297,6 +297,22 @@ def placement_of(pool: PoolPolicy) -> dict[str, Any]:
     return {k: got[k] for k in PLACEMENT_FIELDS if got[k] or k == "root_disk_gb"}
 
 
+def pool_verdicts(
+    policies: Iterable[PolicyInfo], types: set[str], violations: Iterable[Violation]
+) -> dict[str, str]:
+    """Each rule's verdict on one pool: "fail" (a mandatory violation), "advisory", "pass", or
+    "not applicable" when the pool has none of the resource types the rule reads (an AWS-only
+    rule on a GCP pool; every rule on a removed pool)."""
+    hit: dict[str, str] = {}
+    for v in violations:
+        if hit.get(v.policy) != "fail":
+            hit[v.policy] = "fail" if v.mandatory else "advisory"
+    return {
+        p.name: hit.get(p.name) or ("pass" if types and p.applies_to(types) else "not applicable")
+        for p in policies
+    }
+
+
 def _pool_review(
     name: str,
     base: PoolPolicy | None,
@@ -389,6 +405,9 @@ def build_review(
         for n in names
     ]
     pools.sort(key=lambda p: (_POOL_ORDER.index(p.status), p.name))
+    for p in pools:
+        types = {r.type for r in head_side.resources if r.pool == p.name}
+        p.verdicts = pool_verdicts(guard.describe(), types, p.violations)
     run_previews(rendering, head_side.specs.specs, head_side.program)
     return Review(
         head_label=head.label,
@@ -486,12 +505,12 @@ def review_working_tree(
     if not Path(policies).exists():
         raise ConfigError(str(policies), "", "no such file or directory")
     guard = Guard(
-        load_policies(policy_pack),
+        load_pack(policy_pack),
         load_policy_config(policy_config),
         source=str(policy_config or ""),
     )
     offers = list(load_catalog(catalog))
-    head = load_dir(Path(policies), label=f"working tree {policies}")
+    head = load_dir(Path(policies), label=f"working tree {display_path(Path(policies))}")
     base: PolicySource | None = None
     try:
         if base_dir is not None:

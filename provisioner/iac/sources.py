@@ -22,6 +22,7 @@ from provisioner import act, data_files
 from provisioner.config.loader import POLICY_FILES, load_policy
 from provisioner.config.models import Policy
 from provisioner.domain.errors import ConfigError, InputError
+from provisioner.shown_paths import display_path
 
 # What a base ref may look like (branch, tag, sha, HEAD~2, origin/main, main@{1}): never an option.
 _REF = re.compile(r"^[A-Za-z0-9_.~^@{}][A-Za-z0-9_./~^@{}+-]{0,199}$")
@@ -64,12 +65,15 @@ def load_dir(path: Path, label: str | None = None) -> PolicySource:
     """A policies/ directory (or one policy file). No policy file at all: a base with no pools."""
     p = Path(path)
     if p.is_dir() and not any((p / name).exists() for name in POLICY_FILES):
-        return PolicySource(label or f"dir {p}", empty_policy(), notes=[f"{p}: no policy files"])
+        shown = display_path(p)
+        return PolicySource(
+            label or f"dir {shown}", empty_policy(), notes=[f"{shown}: no policy files"]
+        )
     if not p.exists():
         raise ConfigError(str(p), "", "no such file or directory")
     policy = load_policy(p)
     files = [str(p / n) for n in POLICY_FILES if (p / n).exists()] if p.is_dir() else [str(p)]
-    return PolicySource(label or f"dir {p}", policy, files=files)
+    return PolicySource(label or f"dir {display_path(p)}", policy, files=files)
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:

@@ -265,6 +265,15 @@ def test_iac_page_renders_the_stored_reviews(viewer: Console, finished: Served):
             assert res["name"] in text  # the diff lists every resource
         for pol in body["policies"]:
             assert pol["name"] in text  # and every policy's verdict
+        # each rule's verdict on the reviewed pool, as the review says it: a rule that reads
+        # none of the pool's resources (a GCE-only rule on an AWS pool) is "not applicable"
+        (own,) = [p for p in body["pools"] if p["name"] == body["pool"]]
+        said = {v["policy"]: v["verdict"] for v in own["policy_verdicts"]}
+        for pol in body["policies"]:
+            cell = card.locator(f"tr[data-policy='{pol['name']}'] [data-field=policy-verdict]")
+            shown = {"fail": "mandatory"}.get(said[pol["name"]], said[pol["name"]])
+            assert cell.inner_text().startswith(shown), (pol["name"], cell.inner_text())
+        assert said["gpu-terminate-on-host-maintenance"] == "not applicable"  # an AWS pool
 
 
 def test_what_if_loads_the_simulator_json(viewer: Console, tmp_path):

@@ -11,11 +11,17 @@ from typing import Any
 import pytest
 from google.protobuf import struct_pb2
 from pulumi.runtime.proto import analyzer_pb2
-from pulumi_policy import EnforcementLevel, PolicyResourceOptions, ResourceValidationArgs
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyResource,
+    PolicyResourceOptions,
+    ResourceValidationArgs,
+    StackValidationArgs,
+)
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "policies" / "policypack"))
-from gpu_policies import POLICIES
+from gpu_policies import POLICIES, RESOURCE_TYPES
 
 pytestmark = pytest.mark.pulumi
 
@@ -88,10 +94,7 @@ def run_policy(
     return violations
 
 
-def analyze(
-    typ: str, props: dict[str, Any], config: dict[str, dict[str, Any]] | None = None
-) -> list[tuple[str, str, str]]:
-    """Drive the analyzer servicer the CLI talks to over gRPC, in-process."""
+def _servicer(config: dict[str, dict[str, Any]] | None) -> _PolicyAnalyzerServicer:
     svc = _PolicyAnalyzerServicer(
         "gpu-burst-guardrails", "0.1.0", POLICIES, EnforcementLevel.MANDATORY
     )
@@ -105,15 +108,38 @@ def analyze(
             req.policyConfig[name].properties.CopyFrom(s)
             req.policyConfig[name].enforcementLevel = analyzer_pb2.EnforcementLevel.Value(level)
         svc.Configure(req, None)
-    s = struct_pb2.Struct()
-    s.update(props)
-    resp = svc.Analyze(
-        analyzer_pb2.AnalyzeRequest(type=typ, properties=s, urn="urn:x", name="x"), None
-    )
+    return svc
+
+
+def _diags(resp: Any) -> list[tuple[str, str, str]]:
     return [
         (d.policyName, analyzer_pb2.EnforcementLevel.Name(d.enforcementLevel), d.message)
         for d in resp.diagnostics
     ]
+
+
+def analyze(
+    typ: str, props: dict[str, Any], config: dict[str, dict[str, Any]] | None = None
+) -> list[tuple[str, str, str]]:
+    """Drive the analyzer servicer the CLI talks to over gRPC, in-process: one resource."""
+    s = struct_pb2.Struct()
+    s.update(props)
+    req = analyzer_pb2.AnalyzeRequest(type=typ, properties=s, urn="urn:x", name="x")
+    return _diags(_servicer(config).Analyze(req, None))
+
+
+def analyze_stack(
+    resources: list[tuple[str, dict[str, Any]]], config: dict[str, dict[str, Any]] | None = None
+) -> list[tuple[str, str, str]]:
+    """The servicer's stack call (the rules whose verdict is a pool's)."""
+    req = analyzer_pb2.AnalyzeStackRequest()
+    for i, (typ, props) in enumerate(resources):
+        s = struct_pb2.Struct()
+        s.update(props)
+        req.resources.append(
+            analyzer_pb2.AnalyzerResource(type=typ, properties=s, urn=f"urn:{i}", name=f"r{i}")
+        )
+    return _diags(_servicer(config).AnalyzeStack(req, None))
 
 
 CASES = [
@@ -161,13 +187,6 @@ CASES = [
     ("pool-max-size-within-cap", ASG, good_asg(), good_asg(maxSize=64)),
     ("pool-max-size-within-cap", ASG, good_asg(), good_asg(minSize=1)),
     ("pool-max-size-within-cap", MIG, {"targetSize": 2}, {"targetSize": 17}),
-    ("batch-pools-use-spot", LT, good_lt(), good_lt(instanceMarketOptions=None)),
-    (
-        "batch-pools-use-spot",
-        TPL,
-        good_tpl(),
-        good_tpl(scheduling={"onHostMaintenance": "TERMINATE", "provisioningModel": "STANDARD"}),
-    ),
     (
         "gpu-terminate-on-host-maintenance",
         TPL,
@@ -190,7 +209,63 @@ def test_rule_passes_good_and_reports_bad(
 
 
 def test_every_rule_has_cases() -> None:
-    assert {c[0] for c in CASES} == set(BY_NAME)
+    assert {c[0] for c in CASES} | {"batch-pools-use-spot"} == set(BY_NAME)
+
+
+def test_every_rule_names_the_resource_types_it_reads() -> None:
+    """What "not applicable" on a pool is decided from: each rule's types, and each case's type
+    among them."""
+    assert set(RESOURCE_TYPES) == set(BY_NAME)
+    for policy, typ, _good, _bad in CASES:
+        assert typ in RESOURCE_TYPES[policy], (policy, typ)
+
+
+OD_LT = good_lt(instanceMarketOptions=None)
+OD_TPL = good_tpl(scheduling={"onHostMaintenance": "TERMINATE", "provisioningModel": "STANDARD"})
+
+
+def run_stack_policy(
+    name: str, resources: list[tuple[str, dict[str, Any]]], config: dict[str, Any] | None = None
+) -> list[tuple[str, str | None]]:
+    """Call one stack policy's validate function over hand-built resources."""
+    violations: list[tuple[str, str | None]] = []
+    opts = PolicyResourceOptions(
+        protect=False,
+        ignore_changes=[],
+        delete_before_replace=None,
+        aliases=[],
+        additional_secret_outputs=[],
+        custom_timeouts=None,
+        parent=None,
+    )
+    stack = [
+        PolicyResource(t, props, f"urn:x::{t}::r{i}", f"r{i}", opts, None, None, [], {})
+        for i, (t, props) in enumerate(resources)
+    ]
+    args = StackValidationArgs(stack, config or {}, {})
+    BY_NAME[name].validate(args, lambda msg, urn=None: violations.append((msg, urn)))
+    return violations
+
+
+@pytest.mark.parametrize(
+    ("typ", "spot", "on_demand"), [(LT, good_lt(), OD_LT), (TPL, good_tpl(), OD_TPL)]
+)
+def test_a_batch_pool_is_told_to_use_spot_only_when_it_cannot(
+    typ: str, spot: dict[str, Any], on_demand: dict[str, Any]
+) -> None:
+    """The verdict is the pool's: an on-demand group beside a spot one is the fallback of a
+    `capacity: any` pool, on purpose; a pool with no spot group at all is reported, once."""
+    assert run_stack_policy("batch-pools-use-spot", [(typ, spot)]) == []
+    assert run_stack_policy("batch-pools-use-spot", [(typ, on_demand), (typ, spot)]) == []
+    found = run_stack_policy("batch-pools-use-spot", [(typ, on_demand), (typ, on_demand)])
+    assert len(found) == 1 and "no spot capacity" in found[0][0]
+    assert found[0][1] == f"urn:x::{typ}::r0"  # reported on the pool's first template
+    exempt = {"onDemandBatchPools": [on_demand["tags" if typ == LT else "labels"]["pool"]]}
+    assert run_stack_policy("batch-pools-use-spot", [(typ, on_demand)], exempt) == []
+    inference = {**on_demand}
+    key = "tags" if typ == LT else "labels"
+    inference[key] = {**on_demand[key], "workload": "inference"}
+    assert run_stack_policy("batch-pools-use-spot", [(typ, inference)]) == []
 
 
 def test_allow_list_and_caps_come_from_config() -> None:
@@ -202,10 +277,6 @@ def test_allow_list_and_caps_come_from_config() -> None:
     )
     assert not run_policy(
         "pool-max-size-within-cap", ASG, good_asg(maxSize=40), {"maxPoolNodes": 64}
-    )
-    on_demand = good_lt(instanceMarketOptions=None)
-    assert not run_policy(
-        "batch-pools-use-spot", LT, on_demand, {"onDemandBatchPools": ["aws-a100"]}
     )
     plain = good_tpl()
     assert not run_policy("encrypted-disks", TPL, plain)  # GCE encrypts every disk at rest
@@ -220,16 +291,15 @@ def test_servicer_reports_levels_and_applies_config() -> None:
     diags = analyze(LT, good_lt(metadataOptions={"httpTokens": "optional"}))
     assert [(d[0], d[1]) for d in diags] == [("imdsv2-required", "MANDATORY")]
     assert "IMDSv2" in diags[0][2]
-    # spot-for-batch is advisory by default (capacity: any batch pools fall back on purpose) ...
-    diags = analyze(LT, good_lt(instanceMarketOptions=None))
+    # spot-for-batch is advisory by default (an admin may choose on-demand on purpose) ...
+    diags = analyze_stack([(LT, OD_LT)])
     assert [(d[0], d[1]) for d in diags] == [("batch-pools-use-spot", "ADVISORY")]
     # ... and an admin can make it mandatory
-    diags = analyze(
-        LT,
-        good_lt(instanceMarketOptions=None),
-        {"batch-pools-use-spot": {"enforcementLevel": "MANDATORY"}},
+    diags = analyze_stack(
+        [(LT, OD_LT)], {"batch-pools-use-spot": {"enforcementLevel": "MANDATORY"}}
     )
     assert [(d[0], d[1]) for d in diags] == [("batch-pools-use-spot", "MANDATORY")]
+    assert analyze_stack([(LT, OD_LT), (LT, good_lt())]) == []
     # numbers arrive as floats through the Struct
     diags = analyze(ASG, good_asg(maxSize=20), {"pool-max-size-within-cap": {"maxPoolNodes": 8}})
     assert [(d[0], d[1]) for d in diags] == [("pool-max-size-within-cap", "MANDATORY")]

@@ -191,6 +191,73 @@ def test_advisory_only_passes(tmp_path, catalog):
     assert pool_of(data, "aws-a100")["cost"]["head"]["spot_usd_hr_at_max"] is None
 
 
+def test_a_batch_pool_that_can_use_spot_is_not_told_to(tmp_path, catalog):
+    """`capacity: any` renders a spot and an on-demand group; the on-demand one is the fallback
+    on purpose, so the spot rule holds for the pool (it used to flag every on-demand template)."""
+    data = review_dirs(
+        tmp_path,
+        None,
+        [pool(AWS_POOL, capacity="any", regions=["us-east-1", "us-west-2"])],
+        catalog,
+    ).to_dict()
+    aws = pool_of(data, "aws-a100")
+    assert aws["node_groups"]["head"] == 4  # spot + on-demand in each of 2 regions
+    assert data["violations"] == []
+    verdicts = {v["policy"]: v["verdict"] for v in aws["policy_verdicts"]}
+    assert verdicts["batch-pools-use-spot"] == "pass"
+
+
+def test_one_finding_on_many_resources_is_one_line(tmp_path, catalog):
+    """The same message on every template of a pool is listed once, naming the templates."""
+    cfg = tmp_path / "pack.json"
+    cfg.write_text(json.dumps({"gpu-instance-types-allowed": {"allowedInstanceTypes": ["g6.*"]}}))
+    guard = Guard(config=load_policy_config(cfg))
+    head = [pool(AWS_POOL, capacity="any", regions=["us-east-1", "us-west-2"])]
+    data = review_dirs(tmp_path, None, head, catalog, guard=guard).to_dict()
+    found = [v for v in data["violations"] if v["policy"] == "gpu-instance-types-allowed"]
+    assert len(found) == 4 and len({v["message"] for v in found}) == 1  # 4 templates, 1 message
+    md = to_markdown(data)
+    lines = [ln for ln in md.splitlines() if "is not in the allow list" in ln]
+    assert len(lines) == 1, lines
+    assert all(v["resource"] in lines[0] for v in found)
+    assert "`gpu-instance-types-allowed` (mandatory): 4 resources" in md
+
+
+def test_rules_that_read_no_resource_of_a_pool_are_not_applicable(tmp_path, catalog):
+    """An AWS-only rule on a GCP pool, and the other way round, say "not applicable", not
+    "pass"; rules that read the pool's resources pass or fail."""
+    data = review_dirs(tmp_path, None, [AWS_POOL, GCP_POOL], catalog).to_dict()
+    aws = {v["policy"]: v["verdict"] for v in pool_of(data, "aws-a100")["policy_verdicts"]}
+    gcp = {v["policy"]: v["verdict"] for v in pool_of(data, "gcp-a100")["policy_verdicts"]}
+    assert aws["imdsv2-required"] == "pass"
+    assert aws["gpu-terminate-on-host-maintenance"] == "not applicable"
+    assert gcp["imdsv2-required"] == "not applicable"
+    assert gcp["gpu-terminate-on-host-maintenance"] == "pass"
+    assert aws["no-public-ip"] == gcp["no-public-ip"] == "pass"
+    md = to_markdown(data)
+    assert "`imdsv2-required` on `gcp-a100`" in md
+    assert "`gpu-terminate-on-host-maintenance` on `aws-a100`" in md
+    # a mandatory failure shows as "fail" on that pool only
+    bad = review_dirs(tmp_path / "b", None, [pool(AWS_POOL, max_nodes=32), GCP_POOL], catalog)
+    bad_data = bad.to_dict()
+    aws = {v["policy"]: v["verdict"] for v in pool_of(bad_data, "aws-a100")["policy_verdicts"]}
+    gcp = {v["policy"]: v["verdict"] for v in pool_of(bad_data, "gcp-a100")["policy_verdicts"]}
+    assert aws["pool-max-size-within-cap"] == "fail" and gcp["pool-max-size-within-cap"] == "pass"
+
+
+def test_the_review_prints_no_absolute_path(tmp_path, catalog, monkeypatch):
+    """Reviews are pasted into pull requests: paths are relative to where it ran, or names."""
+    policies = write_policies(tmp_path / "work" / "policies", [AWS_POOL])
+    monkeypatch.chdir(tmp_path / "work")
+    data = review_working_tree(policies.resolve(), base_dir=None, catalog=None).to_dict()
+    text = to_markdown(data) + to_json(data)
+    assert data["head"] == "working tree policies"
+    assert str(tmp_path) not in text
+    monkeypatch.chdir(tmp_path.parent)  # elsewhere: still no absolute path
+    data = review_working_tree(policies.resolve()).to_dict()
+    assert str(tmp_path) not in to_markdown(data) + to_json(data)
+
+
 def test_base_with_no_pools_git(tmp_path, catalog):
     """A base ref without policies/ at all: every head pool is added."""
     root = init_repo(tmp_path / "repo")  # HEAD: README only
