@@ -7,7 +7,13 @@ from typing import Annotated
 
 import typer
 
-from provisioner.cli.common import DEFAULT_POLICIES, PoliciesOpt, friendly_errors
+from provisioner.cli.common import (
+    DEFAULT_POLICIES,
+    JsonFlag,
+    PoliciesOpt,
+    echo_json,
+    friendly_errors,
+)
 
 app = typer.Typer(
     name="provisioner",
@@ -20,16 +26,28 @@ app = typer.Typer(
 
 @app.command()
 @friendly_errors
-def validate(policies: PoliciesOpt = DEFAULT_POLICIES) -> None:
+def validate(policies: PoliciesOpt = DEFAULT_POLICIES, as_json: JsonFlag = False) -> None:
     """Validate the policy files and print a summary."""
     from provisioner.config import load_policy
+    from provisioner.shown_paths import display_path
 
     policy = load_policy(policies)
     named = "controller" in policy.model_fields_set
+    shown = display_path(policies)
+    if as_json:
+        echo_json(
+            {
+                "policies": shown,
+                "ok": True,
+                "controller": policy.controller if named else None,
+                "pools": [p.name for p in policy.pools],
+                "team_budgets": sorted(policy.budgets.teams),
+            }
+        )
+        return
     who = f"controller {policy.controller}" if named else "controller: the store's own identity"
     typer.echo(
-        f"{policies}: ok ({who}, {len(policy.pools)} pools, "
-        f"{len(policy.budgets.teams)} team budgets)"
+        f"{shown}: ok ({who}, {len(policy.pools)} pools, {len(policy.budgets.teams)} team budgets)"
     )
 
 

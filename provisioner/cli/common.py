@@ -42,3 +42,12 @@ def friendly_errors(fn: F) -> F:
 PoliciesOpt = Annotated[
     Path, typer.Option("--policies", help="Policy file or policies/ directory.")
 ]
+
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")]
+
+
+def echo_json(data: Any) -> None:
+    import json
+
+    typer.echo(json.dumps(data, indent=2, default=str))

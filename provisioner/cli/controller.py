@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from provisioner.cli.common import friendly_errors
+from provisioner.cli.common import JsonFlag, echo_json, friendly_errors
 
 
 def _logging(verbose: bool, *, operator: bool = False) -> None:
@@ -104,6 +104,12 @@ def _demo_hint(demo: bool) -> str:
     )
 
 
+def _token_state(revoked_ts: float | None, expires_ts: float | None, now: float) -> str:
+    if revoked_ts is not None:
+        return "revoked"
+    return "expired" if expires_ts is not None and now >= expires_ts else "active"
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     @friendly_errors
@@ -195,6 +201,7 @@ def register(app: typer.Typer) -> None:
         store_url: Annotated[
             str | None, typer.Option("--store", help="SQLAlchemy URL of the store.")
         ] = None,
+        as_json: JsonFlag = False,
     ) -> None:
         """Preflight: Slurm, pools against the live partitions and CLOUD nodes, clouds,
         catalog, budgets, store and API port, each with a verdict and a fix. Exit 1 if a
@@ -208,9 +215,20 @@ def register(app: typer.Typer) -> None:
         checks = run_doctor(
             settings, load_policy(settings.policies), load_catalog(settings.catalog)
         )
-        for c in checks:
-            typer.echo(c.line())
         failed = sum(c.failed for c in checks)
+        if as_json:
+            echo_json(
+                {
+                    "checks": [
+                        {"name": c.name, "verdict": c.verdict, "detail": c.detail, "fix": c.fix}
+                        for c in checks
+                    ],
+                    "failed": failed,
+                }
+            )
+        else:
+            for c in checks:
+                typer.echo(c.line())
         typer.echo(f"{len(checks)} check(s), {failed} failed", err=True)
         if failed:
             raise typer.Exit(1)
@@ -277,6 +295,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         store_url: StoreOpt = None,
         demo: DemoOpt = False,
+        as_json: JsonFlag = False,
     ) -> None:
         """Create a token and print it once (only a salted hash is stored).
 
@@ -303,7 +322,13 @@ def register(app: typer.Typer) -> None:
                 raise InputError(f"--node/--ttl: {exc}") from None
         finally:
             store.close()
-        typer.echo(secret)
+        if as_json:
+            echo_json(
+                {"token": secret, "token_id": secret.split("_")[1], "role": r.label,
+                 "name": name.strip(), "node": node, "ttl_s": ttl_s}
+            )  # fmt: skip
+        else:
+            typer.echo(secret)
         bound = f" for node {node!r}" if node else ""
         life = f", valid for {ttl}" if ttl else ""
         typer.echo(
@@ -319,6 +344,7 @@ def register(app: typer.Typer) -> None:
         token_id: Annotated[str, typer.Argument(help="The token id (pbt_<id>_...), or the token.")],
         store_url: StoreOpt = None,
         demo: DemoOpt = False,
+        as_json: JsonFlag = False,
     ) -> None:
         """Revoke a token: it answers 401 from the next request on."""
         from provisioner.clock import SystemClock
@@ -331,11 +357,15 @@ def register(app: typer.Typer) -> None:
                 raise InputError(f"token id {tid!r}: no such token in {url}")
         finally:
             store.close()
+        if as_json:
+            echo_json({"token_id": tid, "revoked": True})
         typer.echo(f"token {tid} revoked", err=True)
 
     @token.command("list")
     @friendly_errors
-    def token_list(store_url: StoreOpt = None, demo: DemoOpt = False) -> None:
+    def token_list(
+        store_url: StoreOpt = None, demo: DemoOpt = False, as_json: JsonFlag = False
+    ) -> None:
         """List tokens: id, name, role, node, created, expires, revoked (never secrets)."""
         from provisioner.api.render import iso
         from provisioner.clock import SystemClock
@@ -346,28 +376,31 @@ def register(app: typer.Typer) -> None:
             rows = store.tokens()
         finally:
             store.close()
-        typer.echo("token_id\tname\trole\tnode\tcreated\texpires\trevoked\tstate")
-        for t in rows:
-            state = (
-                "revoked"
-                if t.revoked_ts is not None
-                else "expired"
-                if t.expires_ts is not None and now >= t.expires_ts
-                else "active"
-            )
-            typer.echo(
-                "\t".join(
+        cols = ["token_id", "name", "role", "node", "created", "expires", "revoked", "state"]
+        listed = [
+            dict(
+                zip(
+                    cols,
                     [
                         t.token_id,
                         t.name,
                         t.role,
-                        t.node or "-",
-                        iso(t.created_ts) or "-",
-                        iso(t.expires_ts) or "-",
-                        iso(t.revoked_ts) or "-",
-                        state,
-                    ]
+                        t.node,
+                        iso(t.created_ts),
+                        iso(t.expires_ts),
+                        iso(t.revoked_ts),
+                        _token_state(t.revoked_ts, t.expires_ts, now),
+                    ],
+                    strict=True,
                 )
             )
+            for t in rows
+        ]
+        if as_json:
+            echo_json(listed)
+            return
+        typer.echo("\t".join(cols))
+        for row in listed:
+            typer.echo("\t".join(row[c] or "-" for c in cols))
 
     app.add_typer(token, name="token")

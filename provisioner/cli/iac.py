@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
             Path, typer.Option("--policies", help="The policies/ directory under review.")
         ] = DEFAULT_POLICIES,
         fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.markdown,
+        as_json: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
         expected_use: Annotated[
             float,
             typer.Option(
@@ -107,6 +108,7 @@ def register(app: typer.Typer) -> None:
             controller=stored_controller(store) if store else "",
         )
         data = result.to_dict()
+        fmt = Format.json if as_json else fmt
         typer.echo(to_json(data) if fmt is Format.json else to_markdown(data), nl=False)
         if fmt is Format.json:
             typer.echo("")

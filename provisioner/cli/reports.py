@@ -32,6 +32,12 @@ CsvOpt = Annotated[bool, typer.Option("--csv", help="Print CSV.")]
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
+def _cents(value: Any) -> str:
+    """Dollars as people read them: to the cent, with separators (the Decimal stays exact in
+    --json and --csv)."""
+    return f"{Decimal(str(value)):,.2f}"
+
+
 def _emit(
     title: str,
     columns: Sequence[str],
@@ -40,7 +46,10 @@ def _emit(
     as_json: bool,
     as_csv: bool,
     numeric: Sequence[str] = (),
+    money: Sequence[str] = (),
 ) -> None:
+    """A report as JSON (the API's answer), CSV (exact figures), or a table that fits the
+    terminal: long values fold onto the next line rather than being cut."""
     if as_json and as_csv:
         raise typer.BadParameter("give --json or --csv, not both")
     if as_json:
@@ -58,9 +67,15 @@ def _emit(
 
     t = Table(title=title)
     for c in columns:
-        t.add_column(c, justify="right" if c in numeric else "left")
+        right = c in numeric or c in money
+        t.add_column(c, justify="right" if right else "left", overflow="fold")
+    at = {c: i for i, c in enumerate(columns)}
     for r in rows:
-        t.add_row(*("—" if v is None else str(v) for v in r))
+        cells = ["—" if v is None else str(v) for v in r]
+        for c in money:
+            if r[at[c]] is not None:
+                cells[at[c]] = _cents(r[at[c]])
+        t.add_row(*cells)
     Console().print(t)
 
 
@@ -89,7 +104,8 @@ def costs(
         data,
         as_json,
         as_csv,
-        numeric=("cost_usd", "ledger_rows"),
+        numeric=("ledger_rows",),
+        money=("cost_usd",),
     )
 
 
@@ -106,15 +122,17 @@ def budgets(
     cols = ["team", "monthly_usd", "spent_usd", "burn_usd_hr", "forecast_usd", "headroom_usd"]
     rows = [[t[c] for c in cols] for t in data["teams"]]
     g = data["global"]
+    cap = g["usd_per_hour_cap"]
+    capped = f" of a ${_cents(cap)}/h cap" if cap is not None else " (no global cap)"
     _emit(
-        f"Budgets, month from {data['month_start']}: burn {g['burn_usd_hr']} $/h "
-        f"of cap {g['usd_per_hour_cap']}",
+        f"Budgets, month from {data['month_start'][:10]}: burn ${_cents(g['burn_usd_hr'])}/h"
+        + capped,
         cols,
         rows,
         data,
         as_json,
         as_csv,
-        numeric=cols[1:],
+        money=cols[1:],
     )
 
 
@@ -150,7 +168,31 @@ def decisions(
         ]
         for d in data
     ]
-    _emit(f"{len(rows)} decision(s)", cols, rows, data, as_json, as_csv)
+    if as_json or as_csv:
+        _emit(f"{len(rows)} decision(s)", cols, rows, data, as_json, as_csv)
+    else:
+        _decision_records(rows)
+
+
+def _decision_records(rows: Sequence[Sequence[Any]]) -> None:
+    """Decisions as records, not a 7-column table: the reason in words is a sentence, and a
+    sentence squeezed into a table column at 80 columns is one word a line."""
+    import shutil
+    import textwrap
+
+    width = max(40, shutil.get_terminal_size((80, 24)).columns)
+    out = [f"{len(rows)} decision(s)"]
+    for when, did, reason, why, jobs, team, chosen in rows:
+        out.append("")
+        out.append(f"{when}  {did}  {reason}")
+        facts = [("team", team), ("jobs", jobs), ("chosen", chosen), ("why", why)]
+        for key, value in facts:
+            if value:
+                out += textwrap.wrap(
+                    f"{key}: {value}", width, initial_indent="  ", subsequent_indent="    ",
+                    break_on_hyphens=False,
+                )  # fmt: skip
+    typer.echo("\n".join(out))
 
 
 def _duration(seconds: float | None) -> str | None:
@@ -189,7 +231,7 @@ def jobs(
             j["gpus"],
             _duration(j["waited_s"]),
             _duration(j["ran_s"]),
-            f"{Decimal(j['cost_usd']):,.2f}",
+            j["cost_usd"],
             " ".join(j["decision_ids"]) or None,
         ]
         for j in data
@@ -199,7 +241,9 @@ def jobs(
             [*r[:5], j["waited_s"], j["ran_s"], j["cost_usd"], r[8]]
             for r, j in zip(rows, data, strict=True)
         ]
-    _emit(f"{len(rows)} job(s)", cols, rows, data, as_json, as_csv, numeric=("gpus", "usd"))
+    _emit(
+        f"{len(rows)} job(s)", cols, rows, data, as_json, as_csv, numeric=("gpus",), money=("usd",)
+    )
 
 
 def register(app: typer.Typer) -> None:

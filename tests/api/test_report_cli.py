@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from decimal import ROUND_HALF_EVEN, Decimal
 
 import pytest
 from api_helpers import make_env, seed
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 
 from provisioner.bootstrap import ApiServer
 from provisioner.cli import app
+from provisioner.plan.reasons import reason_words
 from provisioner.store import Store
 
 
@@ -55,8 +57,8 @@ def test_costs_json_csv_and_table(served):
     assert [(r["team"], r["kind"], r["cost_usd"]) for r in rows] == [
         (w["team"], w["kind"], w["cost_usd"]) for w in want["rows"]
     ]
-    table = run(*args)
-    assert all(w["cost_usd"] in table for w in want["rows"])
+    table = run(*args)  # to the cent
+    assert all(f"{Decimal(w['cost_usd']):,.2f}" in table for w in want["rows"])
 
 
 def test_budgets_and_decisions(served):
@@ -106,3 +108,36 @@ def test_jobs_table_at_80_columns_json_and_csv(served):
     assert "555" in r.output and "5.46" in r.output and "d-1" in r.output
     assert "556" not in r.output
     assert max(len(line) for line in r.output.splitlines()) <= 80
+
+
+def test_budgets_decisions_and_costs_fit_80_columns_with_dollars_to_the_cent(served):
+    """At 80 columns nothing is cut: money prints to the cent (the exact Decimal stays in --json
+    and --csv), and each decision is a record whose reason in words wraps as a sentence."""
+    env, url = served
+    tok = env.tokens["viewer"]
+
+    def at_80(*args: str) -> str:
+        r = CliRunner().invoke(app, [*args, "--url", url, "--token", tok], env={"COLUMNS": "80"})
+        assert r.exit_code == 0, r.output
+        assert max(len(line) for line in r.output.splitlines()) <= 80, r.output
+        assert "…" not in r.output, r.output  # folded, never cut
+        return r.output
+
+    budgets = api(env, "/v1/budgets")
+    out = at_80("budgets")
+    for t in budgets["teams"]:
+        for key in ("spent_usd", "forecast_usd", "headroom_usd"):
+            exact = Decimal(t[key])
+            assert f"{exact.quantize(Decimal('0.01'), ROUND_HALF_EVEN):,}" in out, (key, out)
+            if exact != exact.quantize(Decimal("0.01")):
+                assert t[key] not in out  # six decimals are for scripts
+    decisions = api(env, "/v1/decisions", limit=50)
+    out = at_80("decisions")
+    for d in decisions:
+        assert d["decision_id"] in out and d["reason"] in out and d["chosen"] in out
+    why = " ".join(out.split())  # the sentence, unwrapped
+    assert reason_words(decisions[0]["reason"]) in why
+    costs = api(env, "/v1/costs", group_by="team")
+    out = at_80("costs")
+    for row in costs["rows"]:
+        assert f"{Decimal(row['cost_usd']).quantize(Decimal('0.01'), ROUND_HALF_EVEN):,}" in out

@@ -3,6 +3,7 @@ and `token create` naming the store it wrote to (issue 16 item 8)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from typer.testing import CliRunner
@@ -74,3 +75,20 @@ def test_bad_token_options_are_one_clear_error(tmp_path):
     assert r.exit_code == 2 and "--ttl" in r.stderr
     r = invoke("token", "revoke", "000000000000", "--store", url)
     assert r.exit_code == 2 and "no such token" in r.stderr
+
+
+def test_token_commands_speak_json_for_scripts(tmp_path):
+    url = f"sqlite:///{tmp_path / 't.sqlite'}"
+    r = invoke("token", "create", "--role", "viewer", "--name", "ci", "--store", url, "--json")
+    assert r.exit_code == 0, r.output
+    made = json.loads(r.stdout)
+    assert made["token"].startswith(f"pbt_{made['token_id']}_") and made["role"] == "viewer"
+    listed = invoke("token", "list", "--store", url, "--json")
+    assert listed.exit_code == 0, listed.output
+    (row,) = json.loads(listed.stdout)
+    assert row["token_id"] == made["token_id"] and row["state"] == "active"
+    assert made["token"].split("_")[2] not in listed.stdout  # never the secret
+    gone = invoke("token", "revoke", made["token_id"], "--store", url, "--json")
+    assert json.loads(gone.stdout) == {"token_id": made["token_id"], "revoked": True}
+    (row,) = json.loads(invoke("token", "list", "--store", url, "--json").stdout)
+    assert row["state"] == "revoked" and row["revoked"]

@@ -6,6 +6,7 @@ not, is read without a byte changing and without SQLite's -wal/-shm files appear
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -78,6 +79,20 @@ def test_doctor_in_an_empty_folder_leaves_it_empty(folders):
     assert "sqlite:///provisioner.sqlite: does not exist yet" in store_line
     assert "provisioner run" in store_line
     assert list(work.iterdir()) == []
+
+
+def test_doctor_json_says_what_its_lines_say(folders):
+    work, home = folders
+    lines = doctor(work, home)
+    r = doctor(work, home, "--json")
+    got = json.loads(r.stdout)
+    assert r.returncode == lines.returncode
+    assert [c["name"] for c in got["checks"]] == [
+        ln.split(":", 1)[0].split(maxsplit=1)[1] for ln in lines.stdout.splitlines()
+    ]
+    assert got["failed"] == sum(c["verdict"] == "fail" for c in got["checks"])
+    store = next(c for c in got["checks"] if c["name"] == "store")
+    assert store["verdict"] == "ok" and "does not exist yet" in store["detail"]
 
 
 def test_doctor_reads_an_existing_store_without_changing_the_folder(folders):

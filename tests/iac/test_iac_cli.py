@@ -38,6 +38,14 @@ def test_default_base_is_head_in_git(repo):
     assert data["summary"]["pools"]["unchanged"] == 2
 
 
+def test_json_flag_is_the_json_format(repo):
+    """`--json`, as every report command takes it, is `--format json`."""
+    flag = run("--policies", str(repo / "policies"), "--json")
+    fmt = run("--policies", str(repo / "policies"), "--format", "json")
+    assert flag.exit_code == fmt.exit_code == 0, flag.output
+    assert json.loads(flag.stdout) == json.loads(fmt.stdout)
+
+
 def test_violation_exits_1_and_names_the_rule(tmp_path):
     base = write_policies(tmp_path / "base", [AWS_POOL])
     head = write_policies(tmp_path / "head", [pool(AWS_POOL, max_nodes=40)])

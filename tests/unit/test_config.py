@@ -152,6 +152,27 @@ def test_cli_bad_file_exit_2_one_line_no_traceback(tmp_path: Path) -> None:
     assert str(f) in out and "budgets.teams.ml.monthly_usd" in out
 
 
+def test_validate_json_names_the_policies_without_an_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Output is pasted into tickets: a path relative to where it ran, or the folder's name."""
+    import json
+
+    folder = tmp_path / "work" / "policies"
+    folder.mkdir(parents=True)
+    (folder / "burst.yaml").write_text("controller: ctl-a\n")
+    monkeypatch.chdir(tmp_path / "work")
+    res = CliRunner().invoke(app, ["validate", "--policies", str(folder), "--json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    assert got["policies"] == "policies" and got["ok"] is True and got["controller"] == "ctl-a"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # outside it and outside any work tree: its name
+    res = CliRunner().invoke(app, ["validate", "--policies", str(folder)])
+    assert res.exit_code == 0 and str(tmp_path) not in res.stdout
+    assert res.stdout.startswith("policies: ok (controller ctl-a")
+
+
 def test_wait_budget_rules() -> None:
     compute = WaitPolicy(runtime_factor=0.1, per_gpu_s=600, floor_s=60, cap_s=7200)
     assert compute.budget_s(2, 1000) == 200  # 0.1 * 2 * 1000
