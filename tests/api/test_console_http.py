@@ -332,3 +332,35 @@ def test_overview_shows_the_cloud_waste_share_of_this_month(db_url):
     tile = page[page.index('id="tile-waste"') :]
     assert re.search(r'id="waste-share">60\.0%<', tile)
     assert "$3.00" in tile and "$5.00" in tile and "1 of 2 instance(s)" in tile
+
+
+def test_budgets_committed_is_what_the_budget_guard_counted_at_the_last_pass(db_url):
+    """Machines requested and not yet serving (a scale-up the cloud has not even listed yet
+    among them) are in the pass's spend state; the page shows that figure per team, and says
+    where it comes from. A standby with no pass says it read the store instead."""
+    from dataclasses import replace
+
+    from api_helpers import a_snapshot, make_env, seed
+
+    from provisioner.domain.snapshot import SpendState
+    from provisioner.store import Store
+
+    store = Store(db_url)
+    seed(store)
+    spent = SpendState(team_committed_usd={"vision": Decimal("123.456789")})
+    env = make_env(store)
+    env.deps.snapshot = lambda: replace(a_snapshot(), spend=spent)
+    try:
+        sign_in(env, "viewer")
+        page = env.client.get("/budgets").text
+        row = page[page.index('data-team="vision"') :]
+        cell = re.search(r'data-field="committed_usd" data-usd="([^"]+)">([^<]+)<', row)
+        assert cell and Decimal(cell.group(1)) == Decimal("123.456789")
+        assert cell.group(2) == "$123.46"
+        assert "from the last pass&#39;s budget guard" in page
+        env.deps.snapshot = None  # a standby: no pass
+        page = env.client.get("/budgets").text
+        assert "instances in flight in the store (no pass yet)" in page
+    finally:
+        env.client.close()
+        store.close()

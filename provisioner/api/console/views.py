@@ -244,8 +244,17 @@ def budgets(deps: ApiDeps) -> dict[str, Any]:
     now = now_ts(deps)
     status = budget_status(store, now)
     data = render.budget_dict(status)
-    live = store.instances(live_only=True)
-    committed = spend(store, live, [si.instance for si in live], now).team_committed_usd
+    # Committed as the budget guard counted it at the last pass: machines requested and not yet
+    # serving, including scale-ups the cloud has not listed yet. Without a pass (a standby),
+    # what the store holds in flight.
+    snap = deps.snapshot() if deps.snapshot is not None else None
+    if snap is not None:
+        committed = dict(snap.spend.team_committed_usd)
+        data["committed_basis"] = "the last pass's budget guard"
+    else:
+        live = store.instances(live_only=True)
+        committed = dict(spend(store, live, [si.instance for si in live], now).team_committed_usd)
+        data["committed_basis"] = "instances in flight in the store (no pass yet)"
     for t in data["teams"]:
         t["committed_usd"] = f"{committed.get(t['team'], Decimal(0)):.6f}"
     # The month's trajectory: cumulative cloud spend per team per day so far, then the forecast
