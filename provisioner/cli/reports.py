@@ -209,6 +209,9 @@ def jobs(
     team: Annotated[str, typer.Option("--team", help="Only this team's jobs.")] = "",
     partition: Annotated[str, typer.Option("--partition")] = "",
     where: Annotated[str, typer.Option("--where", help="cloud or onprem")] = "",
+    ran_on: Annotated[
+        str, typer.Option("--ran-on", help="A node name or instance id it ran on.")
+    ] = "",
     from_: Annotated[str, typer.Option("--from", help="ISO date or date-time (UTC).")] = "",
     to: Annotated[str, typer.Option("--to", help="ISO date or date-time (UTC).")] = "",
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
@@ -219,7 +222,7 @@ def jobs(
     from provisioner.cli.report_client import get_json
 
     params = {"state": state, "team": team, "partition": partition, "where": where,
-              "from": from_, "to": to, "limit": limit}  # fmt: skip
+              "ran_on": ran_on, "from": from_, "to": to, "limit": limit}  # fmt: skip
     data = get_json(url, token, "/v1/jobs", params)
     cols = ["job", "state", "team", "where", "gpus", "waited", "ran", "usd", "decision"]
     rows = [

@@ -625,6 +625,7 @@ class JobHistory(Protocol):
         team: str | None = None,
         partition: str | None = None,
         placement: str | None = None,
+        ran_on: str | None = None,
         since: float | None = None,
         until: float | None = None,
         limit: int | None = None,
@@ -632,7 +633,8 @@ class JobHistory(Protocol):
     ) -> list[JobRecord]:
         """Newest submit first (then job id). `since`/`until`: jobs alive in [since, until),
         that is submitted before `until` and open, or ended (else last seen) at or after
-        `since`. `placement`: where it ran ("cloud", "onprem", "" for not yet)."""
+        `since`. `placement`: where it ran ("cloud", "onprem", "" for not yet). `ran_on`: a
+        node name or instance id among those it ran on (an instance's jobs)."""
         ...
 
     def job_record(self, job_id: str) -> JobRecord | None:

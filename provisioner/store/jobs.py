@@ -6,10 +6,11 @@ so a long queue costs a write when something happens to a job, not every pass.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import JSON, Float, Index, Integer, String, delete, or_, select
+from sqlalchemy import JSON, Float, Index, Integer, String, cast, delete, or_, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from provisioner.domain.job_records import GONE, OPEN_STATES, JobRecord
@@ -127,6 +128,7 @@ class JobStore(StoreBase, JobHistory):
         team: str | None = None,
         partition: str | None = None,
         placement: str | None = None,
+        ran_on: str | None = None,
         since: float | None = None,
         until: float | None = None,
         limit: int | None = None,
@@ -141,6 +143,18 @@ class JobStore(StoreBase, JobHistory):
             q = q.where(JobRow.partition == partition)
         if placement is not None:
             q = q.where(JobRow.placement == placement)
+        if ran_on is not None:
+            # JSON lists: a quoted element of either, read as text (SQLite and PostgreSQL alike)
+            text = json.dumps(ran_on)
+            for ch in ("\\", "%", "_"):  # LIKE's own characters, taken literally
+                text = text.replace(ch, "\\" + ch)
+            quoted = f"%{text}%"
+            q = q.where(
+                or_(
+                    cast(JobRow.nodes, String).like(quoted, escape="\\"),
+                    cast(JobRow.instance_ids, String).like(quoted, escape="\\"),
+                )
+            )
         if until is not None:
             q = q.where(JobRow.submit_ts < until)
         if since is not None:

@@ -92,6 +92,7 @@ def test_job_filters_one_job_and_bad_input(fresh):
     assert ids(team="nlp") == ["557", "556"]
     assert ids(state="completed,pending") == ["557", "556"]
     assert ids(limit=1, offset=1) == ["555"]
+    assert ids(ran_on="i-1") == ["555"]  # an instance's jobs
     r = fresh.client.get("/v1/jobs/556", headers=h)
     assert r.status_code == 200 and r.json()["ended_at"] is not None
     assert fresh.client.get("/v1/jobs/999", headers=h).status_code == 404

@@ -131,6 +131,12 @@ def test_filters_and_pages_newest_submit_first(jobs: JobHistory) -> None:
     assert [r.job_id for r in jobs.job_records(since=T0 + 3.5 * H)] == ["d", "b", "a"]
     assert [r.job_id for r in jobs.job_records(since=T0 + 3 * H)] == ["c", "d", "b", "a"]
     assert [r.job_id for r in jobs.job_records(until=T0 + H)] == ["a"]
+    # an instance's jobs, by its id or its node's name; a name is matched whole, never in part
+    assert [r.job_id for r in jobs.job_records(ran_on="i-1")] == ["b"]
+    assert [r.job_id for r in jobs.job_records(ran_on="cloud-1")] == ["b"]
+    assert [r.job_id for r in jobs.job_records(ran_on="gpu-1")] == ["c"]
+    assert jobs.job_records(ran_on="i-") == [] and jobs.job_records(ran_on="gpu_1") == []
+    assert jobs.job_records(ran_on="%") == []
 
 
 def test_pruning_forgets_closed_jobs_only(jobs: JobHistory) -> None:

@@ -33,6 +33,10 @@ def jobs_router() -> APIRouter:
         team: Annotated[str | None, Query(max_length=128)] = None,
         partition: Annotated[str | None, Query(max_length=128)] = None,
         where: Annotated[Literal["cloud", "onprem"] | None, Query()] = None,
+        ran_on: Annotated[
+            str | None,
+            Query(max_length=128, description="A node name or instance id it ran on."),
+        ] = None,
         from_: Annotated[When, Query(alias="from")] = None,
         to: When = None,
         limit: Limit = 100,
@@ -45,6 +49,7 @@ def jobs_router() -> APIRouter:
             team=team,
             partition=partition,
             placement=where,
+            ran_on=ran_on,
             since=f,
             until=t,
             limit=limit,

@@ -51,6 +51,7 @@ class MemoryJobHistory(JobHistory):
         team: str | None = None,
         partition: str | None = None,
         placement: str | None = None,
+        ran_on: str | None = None,
         since: float | None = None,
         until: float | None = None,
         limit: int | None = None,
@@ -63,6 +64,7 @@ class MemoryJobHistory(JobHistory):
             and (team is None or r.team == team)
             and (partition is None or r.partition == partition)
             and (placement is None or r.placement == placement)
+            and (ran_on is None or ran_on in r.nodes or ran_on in r.instance_ids)
             and (until is None or r.submit_ts < until)
             and (since is None or r.open or _ended(r) >= since)
         ]
