@@ -364,3 +364,88 @@ def test_budgets_committed_is_what_the_budget_guard_counted_at_the_last_pass(db_
     finally:
         env.client.close()
         store.close()
+
+
+def _page_ids(html: str, attr: str) -> list[str]:
+    return re.findall(rf'<tr {attr}="([^"]+)"', html)
+
+
+def test_decisions_page_by_page_with_filters_and_clear_errors_past_the_end(db_url):
+    """120 decisions (every third for nlp): pages of 50, newest first, the pager's links keep
+    the filters, the pages together are every decision once; past the end and nonsense page
+    numbers are a 400 that says why."""
+    from dataclasses import replace
+
+    from api_helpers import NOW, decision, make_env, seed
+
+    from provisioner.store import Store
+
+    store = Store(db_url)
+    seed(store)
+    made = [
+        replace(decision(100 + i), team="nlp" if i % 3 == 0 else "vision", job_ids=(f"j{i}",))
+        for i in range(120)
+    ]
+    for i, d in enumerate(made):
+        store.record_decisions([d], NOW - 3000 + i)  # d-219 is the newest
+    env = make_env(store)
+    try:
+        sign_in(env, "viewer")
+        everything = [d.decision_id for d in reversed(made)] + ["d-1"]
+        seen: list[str] = []
+        url: str | None = "/decisions"
+        while url:
+            r = env.client.get(url)
+            assert r.status_code == 200, r.text
+            seen += _page_ids(r.text, "data-decision")
+            nxt = re.search(r'href="\?([^"]*page=\d+)" rel="next"', r.text)
+            url = "/decisions?" + nxt.group(1).replace("&amp;", "&") if nxt else None
+        assert seen == everything  # 50 + 50 + 21, each once, newest first
+        nlp = [d.decision_id for d in reversed(made) if d.team == "nlp"]  # 40 of them
+        first = env.client.get("/decisions", params={"team": "nlp"}).text
+        assert _page_ids(first, "data-decision") == nlp[:40]
+        assert 'rel="next"' not in first  # 40 fit one page
+        assert "team=nlp&amp;page=2" not in first
+        r = env.client.get("/decisions", params={"page": "2"})
+        assert "team=" not in re.search(r'href="\?([^"]*)" rel="prev"', r.text).group(1)
+        for bad, words in (("4", "no more decisions"), ("0", "not a page number"),
+                           ("x", "not a page number"), ("-1", "not a page number")):  # fmt: skip
+            r = env.client.get("/decisions", params={"page": bad})
+            assert r.status_code == 400 and words in r.text, (bad, r.text[-400:])
+        r = env.client.get("/decisions", params={"team": "nlp", "page": "2"})
+        assert r.status_code == 400 and "no more decisions" in r.text
+    finally:
+        env.client.close()
+        store.close()
+
+
+def test_instances_filter_total_and_link_to_their_jobs(db_url):
+    """The page's totals are over every instance the filter matches; each row links to the
+    jobs that ran on it. Expected figures by hand: seed's i-1 is live, $9.83/h."""
+    from api_helpers import seed
+
+    from provisioner.store import Store
+
+    store = Store(db_url)
+    seed(store)
+    from api_helpers import make_env
+
+    env = make_env(store)
+    try:
+        sign_in(env, "viewer")
+        live = env.client.get("/instances", params={"state": "live"}).text
+        assert _page_ids(live, "data-instance") == ["i-1"]
+        assert 'data-count="1"' in live
+        ended = env.client.get("/instances", params={"state": "ended"}).text
+        assert _page_ids(ended, "data-instance") == [] and 'data-count="0"' in ended
+        assert _page_ids(env.client.get("/instances", params={"pool": "gcp-a100"}).text,
+                         "data-instance") == []  # fmt: skip
+        (si,) = store.instances(live_only=True)
+        want = Decimal("9.83") * Decimal(repr(si.billed_seconds)) / 3600
+        assert f'data-usd="{want:.2f}"' in live
+        assert 'href="/jobs?ran_on=i-1"' in live
+        r = env.client.get("/instances", params={"state": "gone"})
+        assert r.status_code == 400 and "state" in r.text
+    finally:
+        env.client.close()
+        store.close()

@@ -185,7 +185,7 @@ def test_budget_page_equals_the_api(viewer: Console, finished: Served):
 
 def test_decisions_page_lists_and_filters_like_the_api(viewer: Console, finished: Served):
     page = viewer.goto("/decisions")
-    want = api(finished.url, finished.viewer, "/v1/decisions", limit=200)
+    want = api(finished.url, finished.viewer, "/v1/decisions", limit=50)  # the first page
     shown = page.eval_on_selector_all(
         "#decision-table tr[data-decision]", "rows => rows.map(r => r.dataset.decision)"
     )
@@ -195,7 +195,7 @@ def test_decisions_page_lists_and_filters_like_the_api(viewer: Console, finished
     page.select_option("#filter-reason", burst["reason"])
     with page.expect_navigation():
         page.click("#decision-filters button")
-    only = api(finished.url, finished.viewer, "/v1/decisions", reason=burst["reason"], limit=200)
+    only = api(finished.url, finished.viewer, "/v1/decisions", reason=burst["reason"], limit=50)
     shown = page.eval_on_selector_all(
         "#decision-table tr[data-decision]", "rows => rows.map(r => r.dataset.decision)"
     )
@@ -215,11 +215,26 @@ def test_decisions_page_lists_and_filters_like_the_api(viewer: Console, finished
     assert burst["decision_id"] in shown
 
 
+def _all_pages(page, selector: str, attr: str) -> list[str]:
+    """The rows of every page, following the pager's "older" link as a person would."""
+    seen: list[str] = []
+    while True:
+        seen += page.eval_on_selector_all(selector, f"rows => rows.map(r => r.dataset.{attr})")
+        if page.locator(".page-next").count() == 0:
+            return seen
+        with page.expect_navigation():
+            page.locator(".page-next").first.click()
+
+
 def test_instances_page_shows_each_lifecycle_and_its_cost(viewer: Console, finished: Served):
     page = viewer.goto("/instances")
-    want = api(finished.url, finished.viewer, "/v1/instances", limit=200)
+    want = api(finished.url, finished.viewer, "/v1/instances", limit=1000)
     assert want
-    for inst in want:
+    # every instance once, newest launch first, over the pages the pager links
+    listed = _all_pages(page, "#instance-table tr[data-instance]", "instance")
+    assert listed == [i["instance_id"] for i in reversed(want)]
+    assert int(page.get_attribute("#instance-totals", "data-count")) == len(want)
+    for inst in want[-50:]:  # the first page's
         row = page.locator(f"tr[data-instance='{inst['instance_id']}']")
         assert row.count() == 1
         # One timeline segment per state the instance went through.
@@ -373,7 +388,7 @@ def test_the_jobs_page_shows_the_tables_jobs_with_their_ledger_dollars(
     cloud job's dollars are the sum of its own ledger rows (read from the store, summed here),
     and its decision is one the controller recorded."""
     page = viewer.goto("/jobs?where=cloud")
-    want = api(finished.url, finished.viewer, "/v1/jobs", where="cloud", limit=200)
+    want = api(finished.url, finished.viewer, "/v1/jobs", where="cloud", limit=50)  # page 1
     assert want, "the demo ran no job in the cloud"
     shown = page.eval_on_selector_all(
         "#job-table tbody tr",
@@ -388,6 +403,20 @@ def test_the_jobs_page_shows_the_tables_jobs_with_their_ledger_dollars(
         for d in j["decision_ids"]:
             assert api(finished.url, finished.viewer, f"/v1/decisions/{d}")["decision_id"] == d
     assert int(page.inner_text("#job-count")) == len(want)
+    # drill-down: an instance's "jobs" link lists the jobs that ran on it, as the API does
+    iid = want[0]["instance_ids"][0]
+    page = viewer.goto("/instances")
+    while page.locator(f"tr[data-instance='{iid}']").count() == 0:
+        with page.expect_navigation():
+            page.locator(".page-next").first.click()
+    with page.expect_navigation():
+        page.click(f"tr[data-instance='{iid}'] a[data-field=jobs-link]")
+    ran = api(finished.url, finished.viewer, "/v1/jobs", ran_on=iid, limit=50)
+    listed = page.eval_on_selector_all(
+        "#job-table tbody tr", "rows => rows.map(r => r.dataset.job)"
+    )
+    assert listed == [j["job_id"] for j in ran] and want[0]["job_id"] in listed
+    assert all(iid in j["instance_ids"] for j in ran)
     page = viewer.goto("/jobs?state=pending")
     states = page.eval_on_selector_all(
         "#job-table tbody tr td .state", "s => s.map(x => x.textContent)"

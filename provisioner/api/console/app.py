@@ -23,6 +23,7 @@ from provisioner.account.focus import FocusOptions, iter_focus_csv
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, report_to_csv
 from provisioner.api.auth import Role, verify_token
 from provisioner.api.console import views
+from provisioner.api.console.paging import page_of
 from provisioner.api.console.sessions import COOKIE, Session, Sessions, can_operate, csrf_ok
 from provisioner.api.deps import ApiDeps
 
@@ -79,6 +80,11 @@ def _templates() -> Jinja2Templates:
     t.env.filters["key_label"] = views.key_label
     t.env.globals["pages"] = PAGES
     return t
+
+
+def _without_page(q: Any) -> str:
+    """A page's query string without `page`: what the pager's links add their page to."""
+    return urlencode([(k, v) for k, v in q.multi_items() if k != "page" and v])
 
 
 def _deps(request: Request) -> ApiDeps:
@@ -285,14 +291,20 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
 
     def decisions(request: Request, sess: Session) -> Response:
         q = request.query_params
-        data = views.decisions(_deps(request), q.get("job"), q.get("team"), q.get("reason"))
-        return page(request, "decisions", {"d": data})
+        data = views.decisions(
+            _deps(request), q.get("job"), q.get("team"), q.get("reason"), page_of(q.get("page"))
+        )
+        return page(request, "decisions", {"d": data, "pq": _without_page(q)})
 
     def jobs(request: Request, sess: Session) -> Response:
-        return page(request, "jobs", {"j": views.jobs(_deps(request), request.query_params)})
+        q = request.query_params
+        data = views.jobs(_deps(request), q, page_of(q.get("page")))
+        return page(request, "jobs", {"j": data, "pq": _without_page(q)})
 
     def instances(request: Request, sess: Session) -> Response:
-        return page(request, "instances", {"i": views.instances(_deps(request))})
+        q = request.query_params
+        data = views.instances(_deps(request), q, page_of(q.get("page")))
+        return page(request, "instances", {"i": data, "pq": _without_page(q)})
 
     def gpus(request: Request, sess: Session) -> Response:
         return page(request, "gpus", {"g": views.gpus(_deps(request))})

@@ -22,6 +22,7 @@ from provisioner.account.cloud_waste import cloud_waste
 from provisioner.account.gpu_waste import DEFAULT_ALERT_MAX_AGE_S, gpu_alerts, gpu_waste
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, parse_kinds
 from provisioner.api import render
+from provisioner.api.console.paging import Page, cut
 from provisioner.api.deps import ApiDeps
 from provisioner.api.jobs_view import job_dicts
 from provisioner.api.telemetry_views import alerts_dict, policy_of, refusals_dict, waste_dict
@@ -321,16 +322,14 @@ def decision_row(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def decisions(
-    deps: ApiDeps, job: str | None, team: str | None, reason: str | None, limit: int = 200
+    deps: ApiDeps, job: str | None, team: str | None, reason: str | None, page: Page = Page(1)
 ) -> dict[str, Any]:
-    rows = [decision_row(d) for d in _decisions(deps, reason=reason or None, limit=limit)]
-    if job:
-        rows = [d for d in rows if job in d["job_ids"]]
-    if team:
-        rows = [d for d in rows if d["team"] == team]
+    """A page of decisions, newest first, filtered by job, team and reason."""
+    rows, pager = cut(_matching_decisions(deps, job, team, reason, page), page, "decisions")
     counts = deps.store.decision_counts()
     return {
-        "rows": rows,
+        "rows": [decision_row(d) for d in rows],
+        "pager": pager,
         "job": job or "",
         "team": team or "",
         "reason": reason or "",
@@ -340,12 +339,44 @@ def decisions(
     }
 
 
+_SCAN_BATCH = 500
+
+
+def _matching_decisions(
+    deps: ApiDeps, job: str | None, team: str | None, reason: str | None, page: Page
+) -> list[dict[str, Any]]:
+    """The page's decisions (and one more). The store filters by reason; job and team are
+    read from each decision, so those filters scan newest first in batches."""
+    if not job and not team:
+        got = deps.store.decisions(reason=reason or None, limit=page.fetch, offset=page.offset)
+        return [render.decision_dict(d) for d in got]
+    out: list[dict[str, Any]] = []
+    skipped, offset = 0, 0
+    while True:
+        batch = deps.store.decisions(reason=reason or None, limit=_SCAN_BATCH, offset=offset)
+        for sd in batch:
+            d = render.decision_dict(sd)
+            if (job and job not in d["job_ids"]) or (team and d["team"] != team):
+                continue
+            if skipped < page.offset:
+                skipped += 1
+                continue
+            out.append(d)
+            if len(out) == page.fetch:
+                return out
+        if len(batch) < _SCAN_BATCH:
+            return out
+        offset += _SCAN_BATCH
+
+
 # --------------------------------------------------------------------------- jobs
 
 
-def jobs(deps: ApiDeps, q: Mapping[str, str], limit: int = 200) -> dict[str, Any]:
-    """The Jobs page: the jobs table filtered by state, team, partition and where it ran."""
-    filters = {k: (q.get(k) or "").strip() for k in ("state", "team", "partition", "where")}
+def jobs(deps: ApiDeps, q: Mapping[str, str], page: Page = Page(1)) -> dict[str, Any]:
+    """The Jobs page: the jobs table filtered by state, team, partition, where it ran and the
+    node or instance it ran on, a page at a time."""
+    keys = ("state", "team", "partition", "where", "ran_on")
+    filters = {k: (q.get(k) or "").strip() for k in keys}
     where = filters["where"] if filters["where"] in ("cloud", "onprem") else ""
     state = filters["state"] if filters["state"] in JOB_STATES else ""
     records = deps.store.job_records(
@@ -353,11 +384,15 @@ def jobs(deps: ApiDeps, q: Mapping[str, str], limit: int = 200) -> dict[str, Any
         team=filters["team"] or None,
         partition=filters["partition"] or None,
         placement=where or None,
-        limit=limit,
+        ran_on=filters["ran_on"] or None,
+        limit=page.fetch,
+        offset=page.offset,
     )
+    records, pager = cut(records, page, "jobs")
     teams = sorted({r.team for r in deps.store.job_records(limit=2000) if r.team})
     return {
         "rows": job_dicts(deps.store, records),
+        "pager": pager,
         **filters,
         "where": where,
         "state": state,
@@ -369,12 +404,30 @@ def jobs(deps: ApiDeps, q: Mapping[str, str], limit: int = 200) -> dict[str, Any
 # --------------------------------------------------------------------------- instances
 
 
-def instances(deps: ApiDeps, limit: int = 200) -> dict[str, Any]:
+INSTANCE_STATES = ("live", "ended")
+
+
+def instances(deps: ApiDeps, q: Mapping[str, str], page: Page = Page(1)) -> dict[str, Any]:
+    """A page of instances, newest launch first, filtered by pool and by live or ended, with
+    the totals of every instance the filter matches (not only the page's)."""
+    state = (q.get("state") or "").strip()
+    pool = (q.get("pool") or "").strip()
+    if state and state not in INSTANCE_STATES:
+        raise ReportError(f"state: {state[:40]!r} is not one of {', '.join(INSTANCE_STATES)}")
     now = now_ts(deps)
+    matched = [
+        si
+        for si in deps.store.instances(pool=pool or None, live_only=state == "live")
+        if state != "ended" or si.instance.state.terminal
+    ]
+    matched.reverse()  # newest launch first
+    # Cost: the billed seconds at the instance's hourly price, as the ledger bills them.
+    costs = [si.instance.price_usd_hr * Decimal(repr(si.billed_seconds)) / 3600 for si in matched]
+    shown, pager = cut(matched[page.offset : page.offset + page.fetch], page, "instances")
     rows = []
     starts: list[float] = []
     ends: list[float] = []
-    for si in deps.store.instances(limit=limit):
+    for si, cost in zip(shown, costs[page.offset :], strict=False):
         d = render.instance_dict(si)
         hist = si.instance.history
         segs: list[dict[str, Any]] = []
@@ -384,8 +437,7 @@ def instances(deps: ApiDeps, limit: int = 200) -> dict[str, Any]:
         if hist:
             starts.append(hist[0].at_ts)
             ends.append(max(si.ended_ts or now, hist[-1].at_ts))
-        # Cost: the billed seconds at the instance's hourly price, as the ledger bills them.
-        d["cost_usd"] = f"{si.instance.price_usd_hr * Decimal(repr(si.billed_seconds)) / 3600:.2f}"
+        d["cost_usd"] = f"{cost:.2f}"
         d["segments"] = segs
         rows.append(d)
     t0 = min(starts, default=now)
@@ -396,7 +448,21 @@ def instances(deps: ApiDeps, limit: int = 200) -> dict[str, Any]:
             s["left"] = round(100 * (s["from"] - t0) / span, 3)
             s["width"] = max(round(100 * (s["to"] - s["from"]) / span, 3), 0.3)
             s["at"] = render.iso(s["from"])
-    return {"rows": rows, "t0": render.iso(t0), "t1": render.iso(t1)}
+    return {
+        "rows": rows,
+        "pager": pager,
+        "t0": render.iso(t0),
+        "t1": render.iso(t1),
+        "state": state,
+        "pool": pool,
+        "states": INSTANCE_STATES,
+        "pools": sorted({p.name for p in deps.store.pools()}),
+        "total": {
+            "count": len(matched),
+            "cost_usd": f"{sum(costs, Decimal(0)):.2f}",
+            "billed_seconds": sum(si.billed_seconds for si in matched),
+        },
+    }
 
 
 # --------------------------------------------------------------------------- GPUs
