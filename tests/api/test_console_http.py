@@ -449,3 +449,61 @@ def test_instances_filter_total_and_link_to_their_jobs(db_url):
     finally:
         env.client.close()
         store.close()
+
+
+def test_overview_leads_with_month_to_date_spend_against_the_budget(db_url):
+    """Cloud kinds and on-prem kinds this month, hand-summed; last month's rows left out; the
+    share is cloud over the teams' monthly budgets (seed: vision, $5,000)."""
+    from api_helpers import NOW, make_env, seed
+
+    from provisioner.account.billing import month_start
+    from provisioner.domain.records import LedgerEntry, LedgerKind
+    from provisioner.store import Store
+
+    store = Store(db_url)
+    seed(store)  # its own rows count too: read back and summed by hand below
+    before = {
+        k: sum(
+            (
+                e.cost
+                for e in store.ledger_entries()
+                if e.kind is k and e.start_ts >= month_start(NOW)
+            ),
+            Decimal(0),
+        )
+        for k in LedgerKind
+    }
+    m0 = month_start(NOW)
+    store.add_ledger(
+        [
+            LedgerEntry(NOW - 600, NOW - 540, LedgerKind.JOB, Decimal("100.00"), instance_id="i-9"),
+            LedgerEntry(
+                NOW - 600, NOW - 540, LedgerKind.UNBOUND, Decimal("25.00"), instance_id="i-9"
+            ),
+            LedgerEntry(NOW - 600, NOW - 540, LedgerKind.ONPREM, Decimal("40.00")),
+            LedgerEntry(NOW - 600, NOW - 540, LedgerKind.ENERGY, Decimal("2.50")),
+            LedgerEntry(m0 - 3600, m0 - 3540, LedgerKind.JOB, Decimal("999.00"), instance_id="i-0"),
+        ]
+    )
+    cloud = Decimal("125.00") + sum(
+        (
+            before[k]
+            for k in (LedgerKind.JOB, LedgerKind.IDLE, LedgerKind.UNBOUND, LedgerKind.ORPHAN)
+        ),
+        Decimal(0),
+    )
+    onprem = Decimal("42.50") + before[LedgerKind.ONPREM] + before[LedgerKind.ENERGY]
+    env = make_env(store)
+    try:
+        sign_in(env, "viewer")
+        page = env.client.get("/").text
+    finally:
+        env.client.close()
+        store.close()
+    tile = page[page.index('id="tile-month"') :]
+    assert page.index('id="tile-month"') < page.index('id="tile-bursting"')  # it leads
+    got = dict(re.findall(r'id="(month-[a-z]+)"[^>]*data-usd="([^"]+)"', tile))
+    assert Decimal(got["month-cloud"]) == cloud and Decimal(got["month-onprem"]) == onprem
+    assert Decimal(got["month-total"]) == cloud + onprem
+    share = re.search(r'id="month-budget-share">(\d+)%<', tile)
+    assert share and int(share.group(1)) == round(100 * cloud / Decimal(5000))

@@ -144,10 +144,31 @@ def overview(deps: ApiDeps) -> dict[str, Any]:
     out["burn_ratio"] = float(burn / Decimal(cap)) if cap not in (None, "0") else None
     # waste at a glance: this month's cloud dollars on instances that never ran a job
     out["waste"] = cloud_waste(store, month_start(now), now + 1.0)
+    out["month"] = month_to_date(deps, b, now)
     out["operator"] = render.operator_dict(store.operator_state())
     out["pools"] = [render.pool_dict(p) for p in store.pools()]
     out["decisions"] = [decision_row(d) for d in _decisions(deps, limit=8)]
     return out
+
+
+def month_to_date(deps: ApiDeps, budgets: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """What the Overview leads with: this month's spend so far, cloud and on-prem (every ledger
+    kind, so the two add up to the month's total), against the teams' monthly cloud budgets."""
+    start = month_start(now)
+    by_kind = cost_report(deps.store, ("kind",), start, now + 1.0).rows
+    cloud_kinds = {str(k) for k in CLOUD_KINDS}
+    cloud = sum((r.cost for r in by_kind if str(r.key[0]) in cloud_kinds), Decimal(0))
+    onprem = sum((r.cost for r in by_kind if str(r.key[0]) not in cloud_kinds), Decimal(0))
+    caps = [Decimal(t["monthly_usd"]) for t in budgets["teams"] if t.get("monthly_usd")]
+    budget = sum(caps, Decimal(0)) if caps else None
+    return {
+        "from": render.iso(start),
+        "cloud_usd": f"{cloud:.6f}",
+        "onprem_usd": f"{onprem:.6f}",
+        "total_usd": f"{cloud + onprem:.6f}",
+        "budget_usd": f"{budget:.6f}" if budget is not None else None,
+        "budget_share": float(cloud / budget) if budget else None,
+    }
 
 
 def _mean(values: list[float] | None) -> float | None:
