@@ -422,3 +422,26 @@ def test_the_jobs_page_shows_the_tables_jobs_with_their_ledger_dollars(
         "#job-table tbody tr td .state", "s => s.map(x => x.textContent)"
     )
     assert set(states) <= {"pending"}
+
+
+def test_a_team_has_one_colour_on_every_page(viewer: Console, finished: Served):
+    """The Costs chart (by team) and the Budgets trajectory draw each team in the same colour,
+    read from the charts Chart.js drew; two teams never share one."""
+
+    def colours(path: str, canvas: str) -> dict[str, str]:
+        page = viewer.goto(path)
+        page.wait_for_function(f"() => Chart.getChart(document.querySelector('{canvas}'))")
+        got = page.evaluate(
+            f"() => Chart.getChart(document.querySelector('{canvas}')).data.datasets"
+            ".map(d => [d.label, d.borderColor || d.backgroundColor])"
+        )
+        return {label: c for label, c in got}
+
+    costs = colours(f"/costs?group_by=team&from={finished.first_day}", "#cost-chart")
+    budgets = colours("/budgets", "#budget-chart")
+    both = {t for t in costs if t in budgets and t != "(unattributed)"}
+    assert both, (costs, budgets)
+    for team in both:
+        assert costs[team] == budgets[team], team
+    named = [c for t, c in costs.items() if t != "(unattributed)"]
+    assert len(set(named)) == len(named)  # one colour per team

@@ -251,6 +251,7 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
             request,
             "costs",
             {
+                "team_colours": views.team_colours(_deps(request)),
                 "c": data,
                 "groups": views.PAGE_GROUPS,
                 "labels": views.GROUP_LABELS,
@@ -287,7 +288,9 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
         )
 
     def budgets(request: Request, sess: Session) -> Response:
-        return page(request, "budgets", {"b": views.budgets(_deps(request))})
+        deps = _deps(request)
+        colours = views.team_colours(deps)
+        return page(request, "budgets", {"b": views.budgets(deps), "team_colours": colours})
 
     def decisions(request: Request, sess: Session) -> Response:
         q = request.query_params

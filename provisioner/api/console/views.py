@@ -171,6 +171,21 @@ def month_to_date(deps: ApiDeps, budgets: Mapping[str, Any], now: float) -> dict
     }
 
 
+# The charts' palette (console.js has the same for series that are not teams).
+PALETTE = ("#2456d6", "#38a169", "#dd6b20", "#805ad5", "#d69e2e", "#e53e3e", "#319795",
+           "#b83280", "#4a5568", "#2b6cb0", "#9c4221", "#276749")  # fmt: skip
+
+
+def team_colours(deps: ApiDeps) -> dict[str, str]:
+    """One colour per team, the same on every page: teams in name order (those with a budget,
+    and those the ledger ever charged), each the next colour of the palette."""
+    now = now_ts(deps)
+    teams = {t.team for t in budget_status(deps.store, now).teams}
+    teams |= {str(r.key[0]) for r in cost_report(deps.store, ("team",), 0.0, now + 1.0).rows}
+    ordered = sorted(t for t in teams if t)
+    return {t: PALETTE[i % len(PALETTE)] for i, t in enumerate(ordered)}
+
+
 def _mean(values: list[float] | None) -> float | None:
     return round(sum(values) / len(values), 1) if values else None
 

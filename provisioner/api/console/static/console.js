@@ -5,6 +5,12 @@
   const COLORS = ["#2456d6", "#38a169", "#dd6b20", "#805ad5", "#d69e2e", "#e53e3e", "#319795",
     "#b83280", "#4a5568", "#2b6cb0", "#9c4221", "#276749"];
   const color = (i) => COLORS[i % COLORS.length];
+  // A team's colour is the same on every page (the server assigns it); other series by order.
+  let TEAMS = null;
+  const colorOf = (label, i) => {
+    if (TEAMS === null) TEAMS = data("team-colours") || {};
+    return TEAMS[label] || color(i);
+  };
   const usd = (v) => "$" + Number(v).toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2});
 
   function data(id) {
@@ -15,7 +21,7 @@
   function stackedBar(canvas, d) {
     return new Chart(canvas, {
       type: "bar",
-      data: {labels: d.labels, datasets: d.datasets.map((s, i) => ({...s, backgroundColor: color(i)}))},
+      data: {labels: d.labels, datasets: d.datasets.map((s, i) => ({...s, backgroundColor: colorOf(s.label, i)}))},
       options: {animation: false, maintainAspectRatio: false,
         scales: {x: {stacked: true}, y: {stacked: true, ticks: {callback: (v) => usd(v)}}},
         plugins: {tooltip: {callbacks: {label: (c) => c.dataset.label + ": " + usd(c.parsed.y)}}}},
@@ -23,18 +29,18 @@
   }
 
   function trajectory(canvas, d) {
-    const sets = d.datasets.map((s, i) => ({label: s.label, data: s.data, borderColor: color(i),
-      backgroundColor: color(i), pointRadius: 2, spanGaps: false}));
+    const sets = d.datasets.map((s, i) => ({label: s.label, data: s.data, borderColor: colorOf(s.label, i),
+      backgroundColor: colorOf(s.label, i), pointRadius: 2, spanGaps: false}));
     d.datasets.forEach((s, i) => {
       if (s.forecast && s.forecast.some((v) => v !== null)) {
-        sets.push({label: s.label + " forecast", data: s.forecast, borderColor: color(i),
+        sets.push({label: s.label + " forecast", data: s.forecast, borderColor: colorOf(s.label, i),
           borderDash: [2, 3], pointRadius: 0, borderWidth: 1.5});
       }
     });
     Object.entries(d.budgets || {}).forEach(([team, cap]) => {
       const i = d.datasets.findIndex((s) => s.label === team);
       if (i < 0) return;
-      sets.push({label: team + " budget", data: d.labels.map(() => cap), borderColor: color(i),
+      sets.push({label: team + " budget", data: d.labels.map(() => cap), borderColor: colorOf(team, i),
         borderDash: [8, 4], pointRadius: 0, borderWidth: 1});
     });
     return new Chart(canvas, {type: "line", data: {labels: d.labels, datasets: sets},
