@@ -507,3 +507,79 @@ def test_overview_leads_with_month_to_date_spend_against_the_budget(db_url):
     assert Decimal(got["month-total"]) == cloud + onprem
     share = re.search(r'id="month-budget-share">(\d+)%<', tile)
     assert share and int(share.group(1)) == round(100 * cloud / Decimal(5000))
+
+
+def test_gpus_page_lists_every_gpu_paid_for_onprem_and_cloud_by_node(db_url):
+    """On-prem nodes from the snapshot, cloud nodes from the live instances (booting ones
+    marked), each GPU once with its sample or "no sample"; a serving cloud node with no job
+    counts as idle $/h. By hand: gpu-01 8 GPUs (3 sampled), cloud-1 i-1 8 GPUs at $9.83/h
+    running job 4, cloud-2 i-2 booting at $4.10/h, cloud-3 i-3 serving with no job at $2.50/h."""
+    from datetime import UTC, datetime
+
+    from api_helpers import NOW, OFFER, POLICY
+    from fastapi.testclient import TestClient
+
+    from provisioner.api.app import ApiDeps, create_app
+    from provisioner.api.auth import create_token
+    from provisioner.clock import ManualClock
+    from provisioner.domain.instances import CloudInstance, InstanceState
+    from provisioner.domain.jobs import Job, JobState
+    from provisioner.domain.nodes import Node, NodeKind, NodeState
+    from provisioner.domain.snapshot import ClusterSnapshot
+    from provisioner.domain.telemetry import GpuReading, GpuTelemetry
+    from provisioner.store import Store
+
+    store = Store(db_url)
+    S = InstanceState
+    for iid, node, price, state in (
+        ("i-1", "cloud-1", "9.83", S.READY),
+        ("i-2", "cloud-2", "4.10", S.JOINING),
+        ("i-3", "cloud-3", "2.50", S.READY),
+        ("i-4", "cloud-4", "7.00", S.TERMINATED),
+    ):
+        inst = CloudInstance(iid, "aws-a100", OFFER, "A100", 8, Decimal(price), S.REQUESTED,
+                             NOW - 900, decision_id="d-1", node_name=node)  # fmt: skip
+        store.add_instance(inst)
+        if state is not S.REQUESTED:
+            store.transition(iid, S.ALLOCATED, NOW - 800, "running")
+        if state is not S.ALLOCATED:
+            store.transition(iid, S.JOINING, NOW - 700, "booting")
+        if state in (S.READY, S.TERMINATED):
+            store.transition(iid, S.READY, NOW - 600, "slurmd up")
+        if state is S.TERMINATED:
+            store.transition(iid, S.TERMINATING, NOW - 300, "idle")
+            store.transition(iid, S.TERMINATED, NOW - 200, "gone")
+    run = dict(state=JobState.RUNNING, start_ts=NOW - 100)
+    snap = ClusterSnapshot(
+        taken_ts=NOW,
+        jobs=(Job("4", 8, NOW - 500, account="nlp", nodes=("cloud-1",), **run),),
+        nodes=(
+            Node("gpu-01", NodeKind.ONPREM, 8, 0, state=NodeState.IDLE),
+            Node("cloud-1", NodeKind.BURST, 8, 8, state=NodeState.ALLOCATED),
+        ),
+    )
+    payload = GpuTelemetry(
+        node="gpu-01",
+        sampled_ts=NOW - 5,
+        gpus=tuple(GpuReading(index=i, uuid=f"GPU-{i}", util_pct=50.0) for i in range(3)),
+    )
+    store.upsert_telemetry("gpu-01", payload.to_gpu_samples(), NOW)
+    deps = ApiDeps(store=store, clock=ManualClock(datetime.fromtimestamp(NOW, UTC)),
+                   snapshot=lambda: snap, policy=POLICY)  # fmt: skip
+    client = TestClient(create_app(deps))
+    client.post("/login", data={"token": create_token(store, "viewer", "v", NOW)})
+    page = client.get("/gpus").text
+    client.close()
+    store.close()
+    groups = re.findall(r'data-node-group="([^"]+)" data-kind="([^"]+)" data-phase="([^"]+)"', page)
+    assert groups == [("gpu-01", "on-prem", "idle"), ("cloud-1", "cloud", "serving"),
+                      ("cloud-2", "cloud", "booting"), ("cloud-3", "cloud", "serving")]  # fmt: skip
+    rows = re.findall(r'<tr data-node="([^"]+)" data-gpu="(\d+)"( data-unsampled="1")?', page)
+    assert len(rows) == 4 * 8  # every GPU once; i-4 has ended
+    unsampled = {(n, int(g)) for n, g, u in rows if u}
+    assert unsampled == {(n, int(g)) for n, g, _ in rows} - {("gpu-01", 0), ("gpu-01", 1),
+                                                         ("gpu-01", 2)}  # fmt: skip
+    assert 'data-cloud="24"' in page and 'data-onprem="8"' in page
+    idle = re.search(r'id="cloud-idle-usd" data-usd="([^"]+)"', page)
+    assert idle and Decimal(idle.group(1)) == Decimal("2.50")  # cloud-3 only
+    assert 'href="/jobs?ran_on=cloud-1">4</a>' in page

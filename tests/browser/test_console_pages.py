@@ -255,8 +255,17 @@ def test_gpu_page_equals_the_api(viewer: Console, finished: Served):
     assert page.inner_text("#alert-count") == str(len(alerts["alerts"]))
     telemetry = api(finished.url, finished.viewer, "/v1/telemetry")
     assert telemetry, "the demo's nodes pushed no GPU sample"
-    rows = page.locator("#gpu-table tbody tr")
+    rows = page.locator("#gpu-table tbody tr[data-node]:not([data-unsampled])")
     assert rows.count() == sum(len(t["gpus"]) for t in telemetry)
+    # every GPU paid for: the live instances' GPUs are on the page too, sampled or not
+    live = [
+        i
+        for i in api(finished.url, finished.viewer, "/v1/instances", limit=1000)
+        if i["state"] not in ("terminated", "failed")
+    ]
+    cloud = page.locator("#gpu-table tbody[data-kind=cloud] tr[data-node]")
+    assert cloud.count() == sum(i["gpus"] for i in live)
+    assert page.get_attribute("#fleet-summary", "data-cloud") == str(sum(i["gpus"] for i in live))
     for t in telemetry:
         for g in t["gpus"]:
             cell = page.locator(

@@ -22,6 +22,7 @@ from provisioner.account.cloud_waste import cloud_waste
 from provisioner.account.gpu_waste import DEFAULT_ALERT_MAX_AGE_S, gpu_alerts, gpu_waste
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, parse_kinds
 from provisioner.api import render
+from provisioner.api.console.gpu_fleet import gpu_fleet
 from provisioner.api.console.paging import Page, cut
 from provisioner.api.deps import ApiDeps
 from provisioner.api.jobs_view import job_dicts
@@ -513,8 +514,12 @@ def gpus(deps: ApiDeps) -> dict[str, Any]:
     alerts = alerts_dict(
         gpu_alerts(deps.store, policy, now, DEFAULT_ALERT_MAX_AGE_S), now, DEFAULT_ALERT_MAX_AGE_S
     )
-    nodes = [render.telemetry_dict(t) for t in deps.store.telemetry(None)]
-    return {"nodes": nodes, "waste": waste, "alerts": alerts, "refused": refusals_dict(deps)}
+    return {
+        "fleet": gpu_fleet(deps),
+        "waste": waste,
+        "alerts": alerts,
+        "refused": refusals_dict(deps),
+    }
 
 
 # --------------------------------------------------------------------------- IaC reviews
