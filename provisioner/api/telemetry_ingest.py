@@ -27,7 +27,7 @@ from provisioner.api.telemetry_guard import guard_sample
 from provisioner.api.telemetry_views import policy_of
 from provisioner.config.models import Telemetry
 from provisioner.domain.telemetry import GpuTelemetry
-from provisioner.observe.telemetry_ingest import record_payload
+from provisioner.observe.telemetry_ingest import record_payload, record_usage
 from provisioner.plan.board_power import shipped_board_power
 
 
@@ -93,6 +93,7 @@ def ingest(
         )
     samples = payload.to_gpu_samples()
     n = deps.store.upsert_telemetry(payload.node, samples, now)
+    record_usage(deps.store, payload)
     record_payload(deps.store, payload, now, policy_of(deps))
     return {"node": payload.node, "gpus": len(samples), "stored": n, "job_tags_dropped": dropped}
 

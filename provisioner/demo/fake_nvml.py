@@ -15,8 +15,7 @@ from provisioner.config.models import Policy
 from provisioner.demo.fake_slurm import FakeSlurm
 from provisioner.domain.nodes import NodeKind
 from provisioner.domain.telemetry import GpuReading, GpuTelemetry, JobGpu
-from provisioner.observe.telemetry_ingest import record_payload
-from provisioner.ports.store import TelemetryRepo
+from provisioner.observe.telemetry_ingest import UsageStore, record_payload, record_usage
 
 MEM_TOTAL_MIB = 81_920  # A100 80 GB
 IDLE_W = 55.0
@@ -69,11 +68,12 @@ def payloads(slurm: FakeSlurm, now_ts: float) -> list[GpuTelemetry]:
     return out
 
 
-def push(store: TelemetryRepo, slurm: FakeSlurm, policy: Policy, now_ts: float) -> int:
+def push(store: UsageStore, slurm: FakeSlurm, policy: Policy, now_ts: float) -> int:
     """Store this pass's payloads as the API's `POST /v1/telemetry` would; the node count."""
     n = 0
     for p in payloads(slurm, now_ts):
         store.upsert_telemetry(p.node, p.to_gpu_samples(), now_ts)
+        record_usage(store, p)
         record_payload(store, p, now_ts, policy)
         n += 1
     return n

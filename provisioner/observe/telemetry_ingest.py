@@ -4,13 +4,50 @@ idle (by the policy's thresholds), for the waste and health views to read back."
 from __future__ import annotations
 
 import math
+from typing import Any, Protocol
 
 from provisioner.config.models import Policy
+from provisioner.domain.gpu_usage import DEFAULT_MAX_GAP_S, GpuReadingAt, usage_between
 from provisioner.domain.telemetry import (
     GpuTelemetry,
     gpu_idle,
 )
-from provisioner.ports.store import TelemetryRepo
+from provisioner.ports.store import GpuUsageLog, TelemetryRepo
+
+
+class UsageStore(TelemetryRepo, GpuUsageLog, Protocol):
+    """What `record_usage` reads (the node's previous payload) and writes (hourly usage)."""
+
+
+def record_usage(
+    store: UsageStore, payload: GpuTelemetry, max_gap_s: float = DEFAULT_MAX_GAP_S
+) -> int:
+    """Add the GPU time from the node's previous payload to this one to the hourly usage
+    (domain/gpu_usage.py). Call it before `record_payload` replaces that payload. Returns the
+    number of usage rows written (none for a first payload, a gap or an older sample)."""
+    prev = next(iter(store.telemetry_payloads(payload.node)), None)
+    if prev is None:
+        return 0
+    before = [_reading(g) for g in prev.payload.get("gpus", ()) if isinstance(g, dict)]
+    now = [
+        GpuReadingAt(g.index, g.uuid, g.util_pct, bool(g.process_count or g.jobs), g.jobs)
+        for g in payload.gpus
+        if not g.mig_enabled  # MIG: per-slice load is not in NVML's utilisation
+    ]
+    rows = usage_between(payload.node, prev.sampled_ts, before, payload.sampled_ts, now, max_gap_s)
+    return store.add_gpu_usage(rows) if rows else 0
+
+
+def _reading(g: dict[str, Any]) -> GpuReadingAt:
+    jobs = tuple(str(j) for j in g.get("jobs") or ())
+    util = g.get("util_pct")
+    return GpuReadingAt(
+        int(g.get("index", -1)),
+        str(g.get("uuid", "")),
+        float(util) if util is not None else None,
+        bool(g.get("process_count") or jobs),
+        jobs,
+    )
 
 
 def record_payload(

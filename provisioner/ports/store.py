@@ -38,6 +38,7 @@ from provisioner.config.models import Budgets, PoolPolicy
 from provisioner.domain.cloud_clock import SkewEstimate
 from provisioner.domain.errors import ProvisionerError
 from provisioner.domain.failures import ErrorCategory
+from provisioner.domain.gpu_usage import GpuUsage
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.intents import IntentKind, IntentStatus
 from provisioner.domain.job_records import JobRecord
@@ -681,6 +682,25 @@ class ClockMarks(Protocol):
         ...
 
 
+class GpuUsageLog(Protocol):
+    """NVML-observed GPU time per UTC hour, GPU and job (domain/gpu_usage.py): the "used"
+    side of the efficiency views. Rows of one key add up; they are never rewritten."""
+
+    def add_gpu_usage(self, rows: Iterable[GpuUsage]) -> int:
+        """Add each row's seconds to its (hour, node, GPU, job) key. All or nothing. Not fenced:
+        a standby's API takes telemetry too.
+        Returns the number of keys written."""
+        ...
+
+    def gpu_usage(self, from_ts: float, to_ts: float) -> list[GpuUsage]:
+        """The rows of the hours starting in [from_ts, to_ts), by hour, node, GPU and job."""
+        ...
+
+    def prune_gpu_usage(self, before_ts: float) -> int:
+        """Forget the hours that started before `before_ts`; how many rows went."""
+        ...
+
+
 class ControllerStore(
     IntentLog,
     InstanceRepo,
@@ -693,6 +713,7 @@ class ControllerStore(
     RuntimeHistory,
     ClockMarks,
     JobHistory,
+    GpuUsageLog,
     Protocol,
 ):
     """The whole store as the reconcile loop's context sees it: every port above on one

@@ -16,16 +16,16 @@ from provisioner.domain.records import JobUsage
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.observe.slurm.usage import UsageTracker
 from provisioner.plan.board_power import node_power_bounds
-from provisioner.ports.store import InstanceRepo, JobHistory, Ledger, TelemetryRepo
+from provisioner.ports.store import GpuUsageLog, InstanceRepo, JobHistory, Ledger, TelemetryRepo
 from provisioner.reconcile.context import PassReport
 from provisioner.reconcile.jobs_step import JobsRecorder
 
 PRUNE_EVERY_S = 3600.0
 
 
-class AccountingStore(InstanceRepo, Ledger, TelemetryRepo, JobHistory, Protocol):
+class AccountingStore(InstanceRepo, Ledger, TelemetryRepo, JobHistory, GpuUsageLog, Protocol):
     """What the accounting step reads and writes: the instances and jobs billed, the ledger,
-    GPU telemetry (energy, and its retention), the jobs table."""
+    GPU telemetry (energy, and its retention), the jobs table and the hourly GPU usage."""
 
 
 class AccountingStep:

@@ -8,16 +8,22 @@ longer holds is closed as `gone`: Slurm forgot it before the controller saw how 
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from provisioner.config.models import Policy
 from provisioner.domain.job_records import job_records
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.ports.store import JobHistory
+from provisioner.ports.store import GpuUsageLog, JobHistory
 
 DAY_S = 86_400.0
 
 
+class JobsStore(JobHistory, GpuUsageLog, Protocol):
+    """The jobs table, and the hourly GPU usage kept as long."""
+
+
 class JobsRecorder:
-    def __init__(self, store: JobHistory, policy: Policy) -> None:
+    def __init__(self, store: JobsStore, policy: Policy) -> None:
         self.store = store
         self.policy = policy
         self._written: dict[str, tuple[object, ...]] = {}
@@ -39,7 +45,10 @@ class JobsRecorder:
         return n
 
     def prune(self, now: float) -> int:
-        return self.store.prune_jobs(now - self.policy.jobs.retention_days * DAY_S)
+        """Jobs, and the hourly GPU usage their efficiency is read from, kept alike."""
+        before = now - self.policy.jobs.retention_days * DAY_S
+        self.store.prune_gpu_usage(before)
+        return self.store.prune_jobs(before)
 
 
 __all__ = ["JobsRecorder"]

@@ -23,6 +23,7 @@ from provisioner.ports.store import (
 from provisioner.store.clocks import ClockStore
 from provisioner.store.decisions import DecisionStore
 from provisioner.store.engine import DEFAULT_URL, StoreBase, make_engine
+from provisioner.store.gpu_usage import GpuUsageStore
 from provisioner.store.instances import InstanceStore
 from provisioner.store.jobs import JobStore
 from provisioner.store.lease import LeaseStore
@@ -55,8 +56,10 @@ class Store(
     RuntimeHistoryStore,
     ClockStore,
     JobStore,
+    GpuUsageStore,
     ControllerStore,
 ):
     """All reads and writes of the controller's database: one class per concern (policy,
     decisions, intents and instances, telemetry, usage and ledger, tokens, the leader lease,
-    learned runtimes, clock marks and cloud skews, the jobs table), all on one engine."""
+    learned runtimes, clock marks and cloud skews, the jobs table, hourly GPU usage), all on
+    one engine."""

@@ -7,7 +7,7 @@ class subclassing its Protocol explicitly, so mypy checks its signatures against
 - `MemoryPolicyRepo` (pools, the operator's switches, budgets),
 - `MemoryTelemetryRepo` (GPU telemetry and energy marks; its energy rows go to a `MemoryLedger`),
 - `MemoryLeaderLease` (the leader lease and `check_fence`, on an injected clock),
-- `MemoryRuntimeHistory`, `MemoryClockMarks`, `MemoryJobHistory`.
+- `MemoryRuntimeHistory`, `MemoryClockMarks`, `MemoryJobHistory`, `MemoryGpuUsageLog`.
 
 They keep what callers of the SQL store can observe: the same ordering, filters, defaults,
 normalisation (amounts to the micro-dollar, decision details as text, JSON read back as JSON)
@@ -20,6 +20,7 @@ safety across threads or processes; each class's docstring names its other diffe
 
 from provisioner.store.memory.clocks import MemoryClockMarks
 from provisioner.store.memory.decisions import MemoryDecisionLog
+from provisioner.store.memory.gpu_usage import MemoryGpuUsageLog
 from provisioner.store.memory.instances import MemoryInstances
 from provisioner.store.memory.jobs import MemoryJobHistory
 from provisioner.store.memory.lease import MemoryLeaderLease
@@ -33,6 +34,7 @@ __all__ = [
     "GROUP_KEYS",
     "MemoryClockMarks",
     "MemoryDecisionLog",
+    "MemoryGpuUsageLog",
     "MemoryInstances",
     "MemoryJobHistory",
     "MemoryLeaderLease",
