@@ -25,6 +25,7 @@ from provisioner.api.errors import install_error_handlers
 from provisioner.api.metrics import PassCollector, ProvisionerCollector, make_registry
 from provisioner.api.routes.costs import costs_router
 from provisioner.api.routes.decisions import decisions_router
+from provisioner.api.routes.efficiency import efficiency_router
 from provisioner.api.routes.gpus import gpus_router
 from provisioner.api.routes.instances import instances_router
 from provisioner.api.routes.jobs import jobs_router
@@ -120,6 +121,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
         operator_router(),
         telemetry_router(),
         costs_router(),
+        efficiency_router(),
         tokens_router(),
         gpus_router(),
         node_warnings_router(),
