@@ -240,7 +240,12 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
     def costs(request: Request, sess: Session) -> Response:
         q = request.query_params
         data = views.costs(
-            _deps(request), q.get("group_by", "team"), q.get("from"), q.get("to"), q.get("kind")
+            _deps(request),
+            q.get("group_by", "team"),
+            q.get("from"),
+            q.get("to"),
+            q.get("kind"),
+            q.get("eff_by"),
         )
         query = urlencode(
             {"group_by": data["key"], "from": data["from"], "to": data["to"]}

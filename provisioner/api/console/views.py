@@ -12,13 +12,14 @@ import contextlib
 import json
 from collections import defaultdict
 from collections.abc import Mapping
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
 from provisioner.account.billing import month_start
 from provisioner.account.budgets import CLOUD_KINDS, budget_status
 from provisioner.account.cloud_waste import cloud_waste
+from provisioner.account.efficiency import parse_dimension
 from provisioner.account.gpu_waste import DEFAULT_ALERT_MAX_AGE_S, gpu_alerts, gpu_waste
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, parse_kinds
 from provisioner.api import render
@@ -26,6 +27,7 @@ from provisioner.api.console.gpu_fleet import gpu_fleet
 from provisioner.api.console.paging import Page, cut
 from provisioner.api.deps import ApiDeps
 from provisioner.api.jobs_view import job_dicts
+from provisioner.api.routes.efficiency import efficiency_body
 from provisioner.api.telemetry_views import alerts_dict, policy_of, refusals_dict, waste_dict
 from provisioner.domain.job_records import JOB_STATES
 from provisioner.domain.nodes import NodeKind
@@ -218,7 +220,12 @@ def _node_util(deps: ApiDeps) -> dict[str, float]:
 
 
 def costs(
-    deps: ApiDeps, group_by: str, from_: str | None, to: str | None, kind: str | None
+    deps: ApiDeps,
+    group_by: str,
+    from_: str | None,
+    to: str | None,
+    kind: str | None,
+    eff_by: str | None = None,
 ) -> dict[str, Any]:
     keys = parse_group_by(group_by or "team")
     if len(keys) != 1:
@@ -243,11 +250,18 @@ def costs(
     for r in by_kind["rows"]:
         r["side"] = "cloud" if r["kind"] in CLOUD_SIDE else "onprem"
         side[r["side"]] += Decimal(r["cost_usd"])
+    total = Decimal(report["total_usd"])
+    for r in report["rows"]:
+        r["share"] = float(Decimal(r["cost_usd"]) / total) if total else None
+    eff_key = parse_dimension(eff_by)
     return {
         "key": key,
         "kind": ",".join(kinds),
         "from": render.iso(f),
         "to": render.iso(t),
+        "windows": quick_windows(now_ts(deps)),
+        "efficiency": efficiency_body(deps.store, eff_key, f, t),
+        "eff_by": eff_key,
         "report": report,
         "chart": {
             "labels": days,
@@ -260,6 +274,21 @@ def costs(
         "onprem_usd": f"{side['onprem']:.2f}",
         "by_kind": by_kind["rows"],
     }
+
+
+def quick_windows(now: float) -> list[tuple[str, str, str]]:
+    """(label, from, to) of the windows every money page offers: today, the last 7 days, this
+    month so far, last month (UTC, by the controller's clock)."""
+    today = datetime.fromtimestamp(now, UTC).date()
+    m0 = today.replace(day=1)
+    prev = (m0 - timedelta(days=1)).replace(day=1)
+    end = render.iso(now) or ""
+    return [
+        ("today", today.isoformat(), end),
+        ("7 days", (today - timedelta(days=6)).isoformat(), end),
+        ("month to date", m0.isoformat(), end),
+        ("last month", prev.isoformat(), m0.isoformat()),
+    ]
 
 
 UNATTRIBUTED = "(unattributed)"
