@@ -5,16 +5,20 @@ and the headroom left; and the global $/h cap against what is running now.
   calendar month;
 - burn: $/h of the team's live cloud instances (requested ones included: they are committed);
 - forecast: spent + burn x hours left in the month (the fleet as it runs now, kept running);
+  `with_forecasts` replaces it with the pattern of the team's past days where a backtest on
+  them supports one (account/forecast.py), and says which;
 - headroom: monthly budget - spent.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Protocol
 
+from provisioner.account.forecast import LOOKBACK_DAYS, forecast
+from provisioner.account.reports import cost_report
 from provisioner.domain.records import CLOUD_KINDS as CLOUD_KINDS  # the console imports it here
 from provisioner.ports.store import InstanceRepo, Ledger, PolicyRepo
 
@@ -31,6 +35,10 @@ class TeamBudgetStatus:
     burn_usd_hr: Decimal
     forecast_usd: Decimal
     headroom_usd: Decimal | None
+    forecast_method: str = "burn"
+    forecast_tested_days: int = 0
+    forecast_mae_usd: Decimal | None = None  # $/day, the method's backtest error
+    forecast_why: str = ""
 
     @property
     def used_ratio(self) -> float | None:
@@ -105,3 +113,35 @@ def budget_status(store: BudgetReads, now_ts: float) -> BudgetStatus:
             )
         )
     return BudgetStatus(now_ts, m0, m1, global_cap, total_burn, tuple(rows))
+
+
+def with_forecasts(store: BudgetReads, status: BudgetStatus) -> BudgetStatus:
+    """`status` with each team's forecast from the pattern of its past complete days (up to
+    `LOOKBACK_DAYS`, from the first day with any cloud spend), where the backtest supports
+    one; else the burn forecast, saying why."""
+    today = datetime.fromtimestamp(status.now_ts, UTC).date()
+    start = today - timedelta(days=LOOKBACK_DAYS)
+    t0 = datetime(start.year, start.month, start.day, tzinfo=UTC).timestamp()
+    t1 = datetime(today.year, today.month, today.day, tzinfo=UTC).timestamp()
+    rows = cost_report(store, ("team", "day"), t0, t1, kinds=CLOUD_KINDS).rows if t1 > t0 else ()
+    daily: dict[str, dict[date, Decimal]] = {}
+    for r in rows:
+        daily.setdefault(str(r.key[0]), {})[date.fromisoformat(str(r.key[1]))] = r.cost
+    first = min((d for days in daily.values() for d in days), default=today)
+    span = [first + timedelta(days=i) for i in range((today - first).days)]
+    teams = []
+    for t in status.teams:
+        seen = daily.get(t.team, {})
+        history = {d: seen.get(d, Decimal(0)) for d in span}
+        f = forecast(t.spent_usd, t.burn_usd_hr, history, status.now_ts, status.month_end_ts)
+        teams.append(
+            replace(
+                t,
+                forecast_usd=f.usd,
+                forecast_method=f.method,
+                forecast_tested_days=f.tested_days,
+                forecast_mae_usd=f.mae_usd_per_day,
+                forecast_why=f.why,
+            )
+        )
+    return replace(status, teams=tuple(teams))

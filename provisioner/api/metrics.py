@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from provisioner.account.budgets import budget_status
+from provisioner.account.budgets import budget_status, with_forecasts
 from provisioner.domain.cloud_clock import WARN_SKEW_S
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.snapshot import ClusterSnapshot
@@ -95,7 +95,7 @@ class ProvisionerCollector(Collector):
         yield skew
         yield over
 
-        status = budget_status(self.store, self.now_ts())
+        status = with_forecasts(self.store, budget_status(self.store, self.now_ts()))
         used = GaugeMetricFamily(
             "provisioner_budget_used_ratio",
             "Cloud spend this month over the team's monthly budget.",

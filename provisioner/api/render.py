@@ -184,6 +184,10 @@ def budget_dict(b: BudgetStatus) -> dict[str, Any]:
                 "headroom_usd": f"{t.headroom_usd:.6f}" if t.headroom_usd is not None else None,
                 "used_ratio": round(t.used_ratio, 6) if t.used_ratio is not None else None,
                 "over_forecast": t.over_forecast,
+                "forecast_method": t.forecast_method,
+                "forecast_tested_days": t.forecast_tested_days,
+                "forecast_mae_usd_per_day": dec(t.forecast_mae_usd),
+                "forecast_why": t.forecast_why,
             }
             for t in b.teams
         ],

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from provisioner.account.billing import month_start
-from provisioner.account.budgets import CLOUD_KINDS, budget_status
+from provisioner.account.budgets import CLOUD_KINDS, budget_status, with_forecasts
 from provisioner.account.cloud_waste import cloud_waste
 from provisioner.account.efficiency import parse_dimension
 from provisioner.account.gpu_waste import DEFAULT_ALERT_MAX_AGE_S, gpu_alerts, gpu_waste
@@ -309,7 +309,7 @@ def budgets(deps: ApiDeps) -> dict[str, Any]:
 
     store = deps.store
     now = now_ts(deps)
-    status = budget_status(store, now)
+    status = with_forecasts(store, budget_status(store, now))
     data = render.budget_dict(status)
     # Committed as the budget guard counted it at the last pass: machines requested and not yet
     # serving, including scale-ups the cloud has not listed yet. Without a pass (a standby),

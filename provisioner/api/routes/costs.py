@@ -13,7 +13,7 @@ from fastapi.exceptions import ResponseValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from provisioner.account.budgets import budget_status
+from provisioner.account.budgets import budget_status, with_forecasts
 from provisioner.account.focus import FocusOptions
 from provisioner.account.reports import cost_report, parse_group_by, parse_kinds, report_to_csv
 from provisioner.api import render
@@ -93,7 +93,8 @@ def costs_router() -> APIRouter:
     )
     def budgets(request: Request, _: Viewer) -> dict[str, Any]:
         deps = deps_of(request)
-        return render.budget_dict(budget_status(deps.store, now_ts(deps)))
+        status = with_forecasts(deps.store, budget_status(deps.store, now_ts(deps)))
+        return render.budget_dict(status)
 
     @r.get(
         "/focus.csv",

@@ -57,6 +57,14 @@ class TeamBudgetOut(Out):
     headroom_usd: Money | None
     used_ratio: float | None
     over_forecast: bool
+    forecast_method: Literal["burn", "daily mean", "weekday/weekend"] = Field(
+        description="How the forecast was made (docs/api.md, GET /v1/budgets)."
+    )
+    forecast_tested_days: int = Field(description="Past days the method was backtested on.")
+    forecast_mae_usd_per_day: Money | None = Field(
+        description="The method's backtest error, mean absolute $/day; null: not tested."
+    )
+    forecast_why: str
 
 
 class BudgetsOut(Out):
