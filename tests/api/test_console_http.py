@@ -583,3 +583,34 @@ def test_gpus_page_lists_every_gpu_paid_for_onprem_and_cloud_by_node(db_url):
     idle = re.search(r'id="cloud-idle-usd" data-usd="([^"]+)"', page)
     assert idle and Decimal(idle.group(1)) == Decimal("2.50")  # cloud-3 only
     assert 'href="/jobs?ran_on=cloud-1">4</a>' in page
+
+
+def test_a_job_and_an_instance_page_list_the_rows_their_dollars_sum(fresh: Env):
+    """Drill-down: job 555 (hand-written ledger rows: 2 x $2.730556) links its instance i-1;
+    i-1's page shows its lifecycle (seed: requested, allocated, ready), its bill at its price,
+    and job 555 among the jobs it ran. Unknown ids are a 404 that says so."""
+    from test_api_jobs import seed_jobs
+
+    seed_jobs(fresh)
+    sign_in(fresh, "viewer")
+    page = fresh.client.get("/jobs/555").text
+    assert re.search(r'id="job-cost" data-usd="5\.461112"', page)
+    rows = re.findall(
+        r'<td class="num" data-usd="([^"]+)">', page[page.index('id="ledger-table"') :]
+    )
+    assert [Decimal(v) for v in rows] == [Decimal("2.730556")] * 2
+    assert re.search(r'id="ledger-total" data-usd="5\.461112"', page)
+    assert 'href="/instances/i-1"' in page and 'href="/jobs?team=vision"' in page
+    page = fresh.client.get("/instances/i-1").text
+    states = re.findall(r'<tr><td><span class="state s-([a-z]+)">', page)
+    assert states == ["requested", "allocated", "ready"]
+    assert 'href="/jobs/555"' in page and 'href="/instances?pool=aws-a100"' in page
+    (si,) = [s for s in fresh.store.instances() if s.instance.instance_id == "i-1"]
+    billed = Decimal("9.83") * Decimal(repr(si.billed_seconds)) / 3600
+    assert re.search(rf'id="instance-billed" data-usd="{billed:.6f}"', page)
+    for path, words in (("/jobs/nope", "no such job"), ("/instances/i-nope", "no such instance")):
+        r = fresh.client.get(path)
+        assert r.status_code == 404 and words in r.text
+    # the tables link to the pages
+    assert 'href="/jobs/555"' in fresh.client.get("/jobs").text
+    assert 'href="/instances/i-1"' in fresh.client.get("/instances").text

@@ -454,3 +454,50 @@ def test_a_team_has_one_colour_on_every_page(viewer: Console, finished: Served):
         assert costs[team] == budgets[team], team
     named = [c for t, c in costs.items() if t != "(unattributed)"]
     assert len(set(named)) == len(named)  # one colour per team
+
+
+def test_drill_down_from_a_team_to_a_job_to_its_instance_and_back(
+    viewer: Console, finished: Served
+):
+    """Team (the Costs page's efficiency card) -> its jobs -> a cloud job's page -> the
+    instance it ran on -> that instance's jobs, and back. On each page the ledger rows listed
+    add up to the dollars shown (summed here), the job's dollars are its own ledger rows (read
+    from the store), and the instance's bill is its price x billed seconds (from the API)."""
+    cloud = api(finished.url, finished.viewer, "/v1/jobs", where="cloud", limit=50)
+    assert cloud, "the demo ran no job in the cloud"
+    # the dearest (a short demo may not have billed its running jobs yet: then $0 on both sides)
+    job = max(cloud, key=lambda j: (Decimal(j["cost_usd"]), j["job_id"]))
+    page = viewer.goto(f"/costs?from={finished.first_day}&eff_by=team")
+    with page.expect_navigation():
+        page.click(f"#efficiency-table tr[data-key='{job['team']}'] a")
+    assert f"team={job['team']}" in page.url
+    while page.locator(f"tr[data-job='{job['job_id']}']").count() == 0:
+        with page.expect_navigation():
+            page.locator(".page-next").first.click()
+    with page.expect_navigation():
+        page.click(f"tr[data-job='{job['job_id']}'] a[data-field=job-link]")
+
+    def ledger_sum() -> Decimal:
+        cells = page.eval_on_selector_all(
+            "#ledger-table tbody tr:not(.total) td[data-usd]", "tds => tds.map(t => t.dataset.usd)"
+        )
+        return sum((Decimal(c) for c in cells), Decimal(0))
+
+    shown = Decimal(page.get_attribute("#job-cost", "data-usd"))
+    own = sum((e.cost for e in finished.store.ledger_entries(job_id=job["job_id"])), Decimal(0))
+    assert shown == own == ledger_sum() == Decimal(job["cost_usd"])
+    iid = job["instance_ids"][0]
+    with page.expect_navigation():
+        page.click(f"a[data-field=instance-link]:has-text('{iid}')")
+    inst = api(finished.url, finished.viewer, f"/v1/instances/{iid}")
+    bill = Decimal(inst["price_usd_hr"]) * Decimal(repr(inst["billed_seconds"])) / 3600
+    # the API rounds billed seconds to the millisecond: within that, and the micro-dollar
+    slack = Decimal(inst["price_usd_hr"]) * Decimal("0.0005") / 3600 + Decimal("0.000001")
+    assert abs(Decimal(page.get_attribute("#instance-billed", "data-usd")) - bill) <= slack
+    assert ledger_sum() == Decimal(page.get_attribute("#ledger-total", "data-usd"))
+    assert page.locator("#lifecycle-table tbody tr").count() == len(inst["history"])
+    assert page.locator(f"#instance-job-list a:has-text('{job['job_id']}')").count() == 1
+    with page.expect_navigation():
+        page.click("#back-to-pool")
+    assert page.locator(f"tr[data-instance='{iid}']").count() in (0, 1)  # it may be on page 2
+    assert "pool=" in page.url

@@ -23,6 +23,7 @@ from provisioner.account.focus import FocusOptions, iter_focus_csv
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, report_to_csv
 from provisioner.api.auth import Role, verify_token
 from provisioner.api.console import views
+from provisioner.api.console.drill import PageNotFound, instance_page, job_page
 from provisioner.api.console.paging import page_of
 from provisioner.api.console.sessions import COOKIE, Session, Sessions, can_operate, csrf_ok
 from provisioner.api.deps import ApiDeps
@@ -172,6 +173,8 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
                 return handler(request, sess)
             except ReportError as exc:
                 return page(request, "error", {"message": str(exc)}, status_code=400)
+            except PageNotFound as exc:
+                return page(request, "error", {"message": str(exc)}, status_code=404)
 
         wrapper.__name__ = handler.__name__
         return wrapper
@@ -309,6 +312,14 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
         data = views.jobs(_deps(request), q, page_of(q.get("page")))
         return page(request, "jobs", {"j": data, "pq": _without_page(q)})
 
+    def job(request: Request, sess: Session) -> Response:
+        data = job_page(_deps(request), request.path_params["job_id"])
+        return page(request, "job", {"j": data, "active": "jobs"})
+
+    def instance(request: Request, sess: Session) -> Response:
+        data = instance_page(_deps(request), request.path_params["instance_id"])
+        return page(request, "instance", {"i": data, "active": "instances"})
+
     def instances(request: Request, sess: Session) -> Response:
         q = request.query_params
         data = views.instances(_deps(request), q, page_of(q.get("page")))
@@ -332,7 +343,9 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
         ("/budgets", budgets),
         ("/decisions", decisions),
         ("/jobs", jobs),
+        ("/jobs/{job_id}", job),
         ("/instances", instances),
+        ("/instances/{instance_id}", instance),
         ("/gpus", gpus),
         ("/iac", iac),
         ("/whatif", whatif),
