@@ -180,3 +180,16 @@ def test_the_costs_page_shows_the_same_figures_with_links_to_the_rows(env):
             assert f'href="{link}"' in card, dim
     r = env.client.get("/costs", params={**WINDOW, "eff_by": "colour"})
     assert r.status_code == 400 and "group_by" in r.text
+
+
+def test_the_overview_shows_this_months_gpu_efficiency(env):
+    """This month (Jan 1 to now) holds every row above, the earlier usage hour too: paid 22
+    GPU-h; used 0.5 + 1 + 1 = 2.5 (util) and 1 + 1 + 1 = 3 (busy). By hand: 11% and 14%."""
+    import re
+
+    env.client.post("/login", data={"token": env.tokens["viewer"], "next": "/"})
+    page = env.client.get("/").text
+    tile = page[page.index('id="tile-efficiency"') :]
+    assert re.search(r'id="efficiency-util">11%<', tile)
+    assert re.search(r'id="efficiency-busy">14%<', tile)
+    assert "22.0 GPU-h paid" in tile

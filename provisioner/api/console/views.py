@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import weakref
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, time, timedelta
@@ -19,7 +20,7 @@ from typing import Any
 from provisioner.account.billing import month_start
 from provisioner.account.budgets import CLOUD_KINDS, budget_status, with_forecasts
 from provisioner.account.cloud_waste import cloud_waste
-from provisioner.account.efficiency import parse_dimension
+from provisioner.account.efficiency import efficiency, efficiency_dict, parse_dimension
 from provisioner.account.gpu_waste import DEFAULT_ALERT_MAX_AGE_S, gpu_alerts, gpu_waste
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, parse_kinds
 from provisioner.api import render
@@ -148,10 +149,32 @@ def overview(deps: ApiDeps) -> dict[str, Any]:
     # waste at a glance: this month's cloud dollars on instances that never ran a job
     out["waste"] = cloud_waste(store, month_start(now), now + 1.0)
     out["month"] = month_to_date(deps, b, now)
+    out["efficiency"] = _month_efficiency(deps, now)
     out["operator"] = render.operator_dict(store.operator_state())
     out["pools"] = [render.pool_dict(p) for p in store.pools()]
     out["decisions"] = [decision_row(d) for d in _decisions(deps, limit=8)]
     return out
+
+
+_EFFICIENCY_TTL_S = 60.0
+# by store object (weakly: a closed store's entry goes with it)
+_efficiency_cache: weakref.WeakKeyDictionary[Any, tuple[float, float, dict[str, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _month_efficiency(deps: ApiDeps, now: float) -> dict[str, Any]:
+    """This month's GPU efficiency (all teams). It reads every GPU-hour row of the month, and
+    the Overview refreshes every 5 s: computed at most once a minute of the controller's clock
+    per store."""
+    key = deps.store
+    hit = _efficiency_cache.get(key)
+    if hit is not None and hit[0] == month_start(now) and 0 <= now - hit[1] < _EFFICIENCY_TTL_S:
+        return hit[2]
+    _, total = efficiency(deps.store, "team", month_start(now), now + 1.0)
+    value = efficiency_dict(total)
+    _efficiency_cache[key] = (month_start(now), now, value)
+    return value
 
 
 def month_to_date(deps: ApiDeps, budgets: Mapping[str, Any], now: float) -> dict[str, Any]:
