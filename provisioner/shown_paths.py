@@ -1,7 +1,9 @@
 """Paths as the tool prints them: never where this machine keeps a file.
 
 Output is pasted into pull requests, tickets and chat, so a path is shown relative to the
-current directory, else to the git work tree it is in, else by its name alone.
+current directory, else to the git work tree it is in, else to the folder the `provisioner`
+package is installed in (files shipped in the wheel: `provisioner/_bundled/policies`), else by
+its name alone.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ def work_tree_of(path: Path) -> Path | None:
 
 
 def display_path(path: Path | str) -> str:
-    """`path` relative to the current directory or to its git work tree, else its name."""
+    """`path` relative to the current directory, its git work tree or the package's install
+    folder, else its name."""
     p = Path(path).resolve()
-    for base in (Path.cwd().resolve(), work_tree_of(p)):
+    installed = Path(__file__).resolve().parent.parent  # site-packages, or a checkout's root
+    for base in (Path.cwd().resolve(), work_tree_of(p), installed):
         if base is None:
             continue
         try:
