@@ -29,9 +29,19 @@ def register(app: typer.Typer) -> None:
         estimate: Annotated[
             str,
             typer.Option(
-                help="Runtime knowledge: exact | none | history (learned from jobs that ended)."
+                help="Runtime knowledge: exact | none | history (learned from jobs that ended) "
+                "| limits (time limits drawn from the published model of user estimates) "
+                "| history+limits (learned, never beyond the limit)."
             ),
         ] = "exact",
+        max_limit: Annotated[
+            float | None,
+            typer.Option(
+                "--max-limit",
+                help="Largest time limit (s) for --estimate limits (default: the trace's "
+                "longest runtime rounded up to a day).",
+            ),
+        ] = None,
         policies: Annotated[Path, typer.Option(help="Policy file or dir.")] = DEFAULT_POLICIES,
         spot_interruptions: Annotated[
             bool, typer.Option(help="Model spot interruptions with rework.")
@@ -60,5 +70,6 @@ def register(app: typer.Typer) -> None:
                 json_out=json_out,
                 plot=plot,
                 progress=progress,
+                max_limit_s=max_limit,
             )
         )

@@ -41,8 +41,9 @@ from provisioner.plan.planner import hedge_fraction, plan
 from provisioner.plan.profile import OnPremProfile, Placement
 from provisioner.plan.rank_cache import RankCache
 from provisioner.simulate.trace import TraceJob
+from provisioner.simulate.user_estimates import assign_estimates
 
-Estimate = Literal["exact", "none", "history"]
+Estimate = Literal["exact", "none", "history", "limits", "history+limits"]
 BILLING_MIN_S = 60.0
 _HOUR = Decimal(3600)
 UNLIMITED_NODES = 10**9
@@ -57,6 +58,9 @@ class SimSettings:
     spot_interruptions: bool = False
     seed: int = 7
     billing_min_s: float = BILLING_MIN_S
+    # --estimate limits: the largest time limit users may give (None: the trace's longest
+    # runtime, rounded up to a whole day); limits are drawn from the published model.
+    max_limit_s: float | None = None
 
 
 @dataclass
@@ -272,7 +276,14 @@ class Simulation:
         self._wp = wp
         self._fallback_rt = wp.default_runtime_s or self.policy.onprem.fallback_runtime_s
         # --estimate history: learned from jobs as they end, (end, index) in a heap until then.
-        self.history = RuntimeHistory() if settings.estimate == "history" else None
+        learns = settings.estimate in ("history", "history+limits")
+        self.history = RuntimeHistory() if learns else None
+        # --estimate limits: each job's time limit, as users give them (simulate/user_estimates)
+        self.limits = (
+            job_limits(jobs, settings.max_limit_s, settings.seed)
+            if settings.estimate in ("limits", "history+limits")
+            else None
+        )
         self._ends: list[tuple[float, int]] = []
         # What the planner was told about each job: (runtime, source, spread), or None.
         self._told: list[tuple[float, str, float | None] | None] = [None] * len(jobs)
@@ -432,9 +443,16 @@ class Simulation:
         job = self.jobs[i]
         if self.s.estimate == "exact":
             return (job.duration_s, "", None)
+        limit = self.limits[i] if self.limits is not None else None
         if self.history is None:
-            return None
-        pred = self.history.predict(user=job.user, group=job.group, partition="onprem")
+            told_limit = None if limit is None else (limit, "limit", None)
+            self._told[i] = told_limit
+            return told_limit
+        # a learned runtime never beyond the job's own limit, the limit with nothing learned
+        # (plan/history.py's rule, as the controller predicts)
+        pred = self.history.predict(
+            user=job.user, group=job.group, partition="onprem", time_limit_s=limit
+        )
         told = None if pred is None else (pred.runtime_s, pred.source, pred.spread_s)
         self._told[i] = told
         return told
@@ -565,6 +583,7 @@ class Simulation:
             expected_runtime_s=told[0] if told is not None else None,
             runtime_source=told[1] if told is not None else "",
             runtime_spread_s=told[2] if told is not None else None,
+            time_limit_s=self.limits[i] if self.limits is not None else None,
         )
 
     def _kept_blind(self, i: int, vplace: Placement, vend: float, share: float) -> None:
@@ -707,6 +726,14 @@ def _parse_policy(name: str) -> tuple[str, float]:
         f"unknown policy {name!r}: use default, never, immediate, budget-timeout "
         "or fixed-wait:SECONDS"
     )
+
+
+def job_limits(jobs: Sequence[TraceJob], max_limit_s: float | None, seed: int) -> list[float]:
+    """Each job's time limit from the published model of user estimates, the largest allowed
+    being `max_limit_s` (None: the longest runtime rounded up to a whole day)."""
+    longest = max((j.duration_s for j in jobs), default=0.0)
+    top = max_limit_s if max_limit_s is not None else math.ceil(longest / 86_400) * 86_400.0
+    return assign_estimates([j.duration_s for j in jobs], int(max(top, 3600.0)), seed)
 
 
 def simulate(

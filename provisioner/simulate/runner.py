@@ -27,6 +27,10 @@ class SimulationRequest:
     json_out: Path | None = None
     plot: Path | None = None
     progress: bool = True
+    max_limit_s: float | None = None
+
+
+ESTIMATES = ("exact", "none", "history", "limits", "history+limits")
 
 
 def _check(req: SimulationRequest) -> None:
@@ -36,8 +40,10 @@ def _check(req: SimulationRequest) -> None:
         raise InputError("--gpus-per-node: must be >= 1")
     if req.boot_seconds < 0:
         raise InputError("--boot-seconds: must be >= 0")
-    if req.estimate not in ("exact", "none", "history"):
-        raise InputError(f"--estimate: must be exact, none or history, got {req.estimate!r}")
+    if req.estimate not in ESTIMATES:
+        raise InputError(f"--estimate: must be one of {', '.join(ESTIMATES)}, got {req.estimate!r}")
+    if req.max_limit_s is not None and req.max_limit_s < 3600:
+        raise InputError("--max-limit: the largest time limit must be at least 3600 s")
     if req.price_per_gpu_hour is not None and req.price_per_gpu_hour <= 0:
         raise InputError("--price-per-gpu-hour: must be > 0")
     for p in req.policies:
@@ -76,6 +82,7 @@ def run_simulations(req: SimulationRequest) -> list[SimResult]:
         estimate=req.estimate,  # type: ignore[arg-type]
         spot_interruptions=req.spot_interruptions,
         seed=req.seed,
+        max_limit_s=req.max_limit_s,
         # The published model bills per GPU-second with no minimum; clouds bill 60 s at least.
         billing_min_s=0.0 if req.price_per_gpu_hour is not None else 60.0,
     )

@@ -249,7 +249,7 @@ def test_cli_simulate_learns_runtimes_on_any_csv_trace(tmp_path: Path) -> None:
     assert {"regret_usd", "regret_jobs", "regret_within_budget_usd"} <= default.keys()
     assert never["regret_usd"] == 0 and never["cloud_cost_usd"] == 0
     res = CliRunner().invoke(app, [*args, "--estimate", "psychic", "--no-progress"])
-    assert res.exit_code == 2 and "exact, none or history" in res.output
+    assert res.exit_code == 2 and "exact, none, history, limits, history+limits" in res.output
 
 
 def test_cli_bad_simulate_arguments_exit_2(tmp_path: Path) -> None:
@@ -342,3 +342,43 @@ def test_regret_counts_bursts_that_on_prem_would_have_started_before_the_node_wa
     assert r.regret_within_budget_jobs == 0
     # never bursting has no regret at all
     assert simulate(trace, settings, pol(), CAT, "never").regret_usd == 0
+
+
+def test_limits_tell_the_planner_each_jobs_time_limit_and_bound_what_history_learns() -> None:
+    """--estimate limits: the planner sees each job's time limit (from the published model of
+    user estimates, simulate/user_estimates.py), never below the job's runtime; with
+    history+limits a learned runtime is clipped at the limit, and a job with no history yet
+    is told its limit. Seeded: the same seed, the same limits."""
+    import math
+    import random
+
+    from provisioner.simulate.engine import Simulation, job_limits
+
+    rng = random.Random(3)  # heavy-tailed runtimes, 1 minute to 5 hours
+    runtimes = [math.exp(rng.uniform(math.log(60), math.log(5 * 3600))) for _ in range(200)]
+    jobs = [TraceJob(f"j{i}", 10.0 * i, rt, 1, user="u") for i, rt in enumerate(runtimes)]
+    limits = job_limits(jobs, None, 7)
+    assert limits == job_limits(jobs, None, 7) and limits != job_limits(jobs, None, 8)
+    assert all(lim >= j.duration_s for lim, j in zip(limits, jobs, strict=True))
+    assert max(limits) == 86_400  # the longest runtime (under 5 h) rounded up to a day
+    settings = SimSettings(onprem_gpus=8, gpus_per_node=8, estimate="limits", seed=7)
+    sim = Simulation(jobs, settings, pol(runtime_factor=0.5), CAT, "default")
+    told = sim._tell(5)
+    assert told == (limits[5], "limit", None)
+    assert sim._job(5, told).time_limit_s == limits[5]
+    both = SimSettings(onprem_gpus=8, gpus_per_node=8, estimate="history+limits", seed=7)
+    sim = Simulation(jobs, both, pol(runtime_factor=0.5), CAT, "default")
+    assert sim._tell(0) == (limits[0], "limit", None)  # nothing learned yet
+    assert sim.history is not None
+    sim.history.observe(user="u", group="", partition="onprem", runtime_s=10**6)
+    rt, source, _ = sim._tell(3)
+    assert rt == limits[3] and source == "user"  # learned 10^6 s, clipped at the limit
+
+
+def test_cli_limits_need_a_maximum_of_an_hour_or_more() -> None:
+    res = CliRunner().invoke(
+        app, ["simulate", "--estimate", "limits", "--max-limit", "600", "--no-progress"]
+    )
+    assert res.exit_code == 2 and "--max-limit" in res.output
+    res = CliRunner().invoke(app, ["simulate", "--estimate", "guesses", "--no-progress"])
+    assert res.exit_code == 2 and "history+limits" in res.output
