@@ -20,46 +20,26 @@ for its node and pool, and for team and project "" (shown as "(unattributed)").
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
 from provisioner.account.reports import ReportError
-from provisioner.domain.gpu_usage import GpuUsage, hour_of
+from provisioner.domain.gpu_usage import hour_of
 from provisioner.domain.job_records import JobRecord
 from provisioner.domain.money import MICRO
 from provisioner.domain.records import CLOUD_KINDS
+from provisioner.ports.store import GpuUsageLog, JobHistory, Ledger
 
 DIMENSIONS = ("team", "project", "pool", "node")
 GPU_HOURS = "GPU-Hours"
 _HOUR = 3600.0
 
 
-class EfficiencyReads(Protocol):
-    def ledger_export(
-        self, from_ts: float | None = None, to_ts: float | None = None, *, chunk_rows: int = 2000
-    ) -> Iterator[Sequence[Sequence[Any]]]: ...
-
-    def instance_costs(
-        self, from_ts: float, to_ts: float, kinds: Sequence[str]
-    ) -> dict[str, tuple[Decimal, Decimal]]: ...
-
-    def gpu_usage(self, from_ts: float, to_ts: float) -> list[GpuUsage]: ...
-
-    def job_records(
-        self,
-        *,
-        states: Collection[str] | None = None,
-        team: str | None = None,
-        partition: str | None = None,
-        placement: str | None = None,
-        ran_on: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[JobRecord]: ...
+class EfficiencyReads(Ledger, GpuUsageLog, JobHistory, Protocol):
+    """What the report reads: the ledger's rows and per-instance costs, the hourly GPU usage,
+    and the jobs table (a job's team and project)."""
 
 
 @dataclass

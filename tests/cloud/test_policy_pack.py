@@ -73,12 +73,9 @@ def good_tpl(**over: Any) -> dict[str, Any]:
     return props
 
 
-def run_policy(
-    name: str, typ: str, props: dict[str, Any], config: dict[str, Any] | None = None
-) -> list[str]:
-    """Call one policy's validate function with a hand-built args bag."""
-    violations: list[str] = []
-    opts = PolicyResourceOptions(
+def plain_options() -> PolicyResourceOptions:
+    """A resource's options as a plain `pulumi preview` reports them."""
+    return PolicyResourceOptions(
         protect=False,
         ignore_changes=[],
         delete_before_replace=None,
@@ -87,6 +84,14 @@ def run_policy(
         custom_timeouts=None,
         parent=None,
     )
+
+
+def run_policy(
+    name: str, typ: str, props: dict[str, Any], config: dict[str, Any] | None = None
+) -> list[str]:
+    """Call one policy's validate function with a hand-built args bag."""
+    violations: list[str] = []
+    opts = plain_options()
     args = ResourceValidationArgs(
         typ, props, f"urn:pulumi:unit::p::{typ}::x", "x", opts, None, config
     )
@@ -229,15 +234,7 @@ def run_stack_policy(
 ) -> list[tuple[str, str | None]]:
     """Call one stack policy's validate function over hand-built resources."""
     violations: list[tuple[str, str | None]] = []
-    opts = PolicyResourceOptions(
-        protect=False,
-        ignore_changes=[],
-        delete_before_replace=None,
-        aliases=[],
-        additional_secret_outputs=[],
-        custom_timeouts=None,
-        parent=None,
-    )
+    opts = plain_options()
     stack = [
         PolicyResource(t, props, f"urn:x::{t}::r{i}", f"r{i}", opts, None, None, [], {})
         for i, (t, props) in enumerate(resources)
