@@ -164,9 +164,11 @@ def finished(live_demo: Demo) -> Iterator[Served]:
         ended = [i for i in inst if i["state"] == "terminated"]
         decisions = api(d.url, d.viewer, "/v1/decisions", limit=1000)
         bursts = [x for x in decisions if x["reason"].startswith("burst")]
-        return bool(ended and bursts)
+        # and a job that ran in the cloud: the first instance to end may have run none
+        cloud_jobs = api(d.url, d.viewer, "/v1/jobs", where="cloud", limit=1)
+        return bool(ended and bursts and cloud_jobs)
 
-    _poll("a burst and a terminated instance in the demo", enough, 300)
+    _poll("a burst, a terminated instance and a cloud job in the demo", enough, 300)
     d.proc.send_signal(signal.SIGINT)
     d.proc.wait(timeout=180)
     assert d.proc.returncode == 0, "".join(d.lines[-30:])
