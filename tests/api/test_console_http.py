@@ -296,11 +296,24 @@ def test_cross_site_posts_are_refused(fresh: Env):
     assert r.status_code == 303
 
 
+def overview_as_viewer(store) -> str:
+    """The Overview page a viewer sees on `store`; the store is closed afterwards."""
+    from api_helpers import make_env
+
+    env = make_env(store)
+    try:
+        sign_in(env, "viewer")
+        return env.client.get("/").text
+    finally:
+        env.client.close()
+        store.close()
+
+
 def test_overview_shows_the_cloud_waste_share_of_this_month(db_url):
     """Dollars on instances that never ran a job over all cloud dollars this month: i-1 ran a
     job ($1.50 of its $2.00), i-2 never did ($2.00 unbound, $1.00 idle); last month's rows and
     on-prem rows are not counted. By hand: $3.00 of $5.00 = 60.0%."""
-    from api_helpers import NOW, make_env
+    from api_helpers import NOW
 
     from provisioner.account.billing import month_start
     from provisioner.domain.records import LedgerEntry, LedgerKind
@@ -322,13 +335,7 @@ def test_overview_shows_the_cloud_waste_share_of_this_month(db_url):
             row(m0 - 3600, "9.00", LedgerKind.UNBOUND, "i-0"),  # last month
         ]
     )
-    env = make_env(store)
-    try:
-        sign_in(env, "viewer")
-        page = env.client.get("/").text
-    finally:
-        env.client.close()
-        store.close()
+    page = overview_as_viewer(store)
     tile = page[page.index('id="tile-waste"') :]
     assert re.search(r'id="waste-share">60\.0%<', tile)
     assert "$3.00" in tile and "$5.00" in tile and "1 of 2 instance(s)" in tile
@@ -454,7 +461,7 @@ def test_instances_filter_total_and_link_to_their_jobs(db_url):
 def test_overview_leads_with_month_to_date_spend_against_the_budget(db_url):
     """Cloud kinds and on-prem kinds this month, hand-summed; last month's rows left out; the
     share is cloud over the teams' monthly budgets (seed: vision, $5,000)."""
-    from api_helpers import NOW, make_env, seed
+    from api_helpers import NOW, seed
 
     from provisioner.account.billing import month_start
     from provisioner.domain.records import LedgerEntry, LedgerKind
@@ -493,13 +500,7 @@ def test_overview_leads_with_month_to_date_spend_against_the_budget(db_url):
         Decimal(0),
     )
     onprem = Decimal("42.50") + before[LedgerKind.ONPREM] + before[LedgerKind.ENERGY]
-    env = make_env(store)
-    try:
-        sign_in(env, "viewer")
-        page = env.client.get("/").text
-    finally:
-        env.client.close()
-        store.close()
+    page = overview_as_viewer(store)
     tile = page[page.index('id="tile-month"') :]
     assert page.index('id="tile-month"') < page.index('id="tile-bursting"')  # it leads
     got = dict(re.findall(r'id="(month-[a-z]+)"[^>]*data-usd="([^"]+)"', tile))
