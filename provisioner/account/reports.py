@@ -1,10 +1,11 @@
 """Cost reports: ledger totals grouped by any of team, account, user, partition, cloud, region,
-pool, kind and day over a [from, to) window. The store answers the grouped totals
-(`LedgerStore.grouped_costs`); this module validates the request and shapes the report.
+pool, kind, day, project (the account, by its FinOps name) and node over a [from, to) window.
+The store answers the grouped totals (`LedgerStore.grouped_costs`); this module validates the
+request and shapes the report.
 
 Whole UTC days inside the window are read from the smallest rollup grain (`ledger_rollup`)
 that holds every key asked for, the partial days at its edges from the ledger's covering window
-index, and the two are merged. A
+index, and the two are merged (no rollup keeps the node: a report by node reads the ledger). A
 ledger row belongs to the window when its start lies in it; rows never straddle a midnight.
 """
 
@@ -21,7 +22,22 @@ from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.records import LedgerKind
 from provisioner.ports.store import Ledger
 
-GROUP_KEYS = ("team", "account", "user", "partition", "cloud", "region", "pool", "kind", "day")
+GROUP_KEYS = (
+    "team",
+    "account",
+    "user",
+    "partition",
+    "cloud",
+    "region",
+    "pool",
+    "kind",
+    "day",
+    "project",
+    "node",
+)
+# Keys that name a ledger column differently: a project is the Slurm account (as on the
+# efficiency report), and the node is the Slurm node a row was priced on.
+_COLUMN = {"project": "account", "node": "node_name"}
 KINDS = tuple(k.value for k in LedgerKind)
 
 
@@ -96,7 +112,7 @@ def cost_report(
     kinds = parse_kinds(kinds)
     if not to_ts > from_ts:
         raise ReportError("'to' must be after 'from'")
-    totals = store.grouped_costs(keys, from_ts, to_ts, kinds)
+    totals = store.grouped_costs([_COLUMN.get(k, k) for k in keys], from_ts, to_ts, kinds)
     rows = tuple(ReportRow(k, c, n) for k, (c, n) in sorted(totals.items()))
     return CostReport(keys, from_ts, to_ts, rows, kinds)
 

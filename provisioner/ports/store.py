@@ -346,9 +346,9 @@ class Ledger(Protocol):
         self, group_by: Sequence[str], from_ts: float, to_ts: float, kinds: Sequence[str] = ()
     ) -> dict[tuple[str, ...], tuple[Decimal, int]]:
         """(cost, row count) of the rows starting in [from_ts, to_ts), optionally only of
-        `kinds`, per tuple of the `group_by` values (each as text) among 'day' and the ledger
-        dimensions (kind, team, account, user, partition, cloud, region, pool). Groups with
-        no row are absent."""
+        `kinds`, per tuple of the `group_by` values (each as text) among 'day', the ledger
+        dimensions (kind, team, account, user, partition, cloud, region, pool) and
+        'node_name'. Groups with no row are absent."""
         ...
 
     def spend_by_team(

@@ -66,11 +66,12 @@ EXPORT_COLUMNS = (
 )
 
 
-def pick_grain(group_by: Sequence[str], kinds: Sequence[str] = ()) -> int:
-    """The rollup grain with the fewest dimensions that still holds every key needed."""
+def pick_grain(group_by: Sequence[str], kinds: Sequence[str] = ()) -> int | None:
+    """The rollup grain with the fewest dimensions that still holds every key needed; None
+    when none does (the node: the rollups leave it out, the ledger answers)."""
     need = {k for k in group_by if k != "day"} | ({"kind"} if kinds else set())
     fits = [g for g, dims in enumerate(GRAINS) if need <= set(dims)]
-    return min(fits, key=lambda g: (len(GRAINS[g]), g))
+    return min(fits, key=lambda g: (len(GRAINS[g]), g)) if fits else None
 
 
 def _grouped(
@@ -319,17 +320,21 @@ class LedgerStore(StoreBase, Ledger):
     ) -> dict[tuple[str, ...], tuple[Decimal, int]]:
         """Whole UTC days inside the window are read from the smallest rollup grain that holds
         every key asked for, the partial days at its edges from the ledger's covering window
-        index, and the two are merged. Rows never straddle a midnight."""
+        index, and the two are merged. Rows never straddle a midnight. No rollup keeps the
+        node, so a report by node reads the ledger over the whole window."""
         first_full = -(-from_ts // DAY_S) * DAY_S  # the first midnight at or after from
         last_full = (to_ts // DAY_S) * DAY_S  # the last midnight at or before to
+        grain = pick_grain(group_by, kinds)
         queries: list[Select[Any]] = []
-        if first_full < last_full:
+        if grain is None:
+            edges = [(from_ts, to_ts)]
+        elif first_full < last_full:
             queries.append(
                 _grouped(
                     RollupRow,
                     group_by,
                     [
-                        RollupRow.grain == pick_grain(group_by, kinds),
+                        RollupRow.grain == grain,
                         RollupRow.day >= day_of(first_full),
                         RollupRow.day < day_of(last_full),
                     ],

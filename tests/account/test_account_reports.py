@@ -50,9 +50,14 @@ def random_entries(n: int, seed: int = 7) -> list[LedgerEntry]:
                 account=f"acct-{team[0]}{rng.randint(1, 2)}",
                 user=f"u{rng.randint(1, 5)}",
                 partition=rng.choice(("cloud", "onprem")),
+                node_name=f"{pool}-{rng.randint(0, 3)}",
             )
         )
     return out
+
+
+# The entry field each report key reads (a project is the Slurm account).
+FIELD = {"project": "account", "node": "node_name"}
 
 
 def brute(entries, keys, a, b, kinds=()):
@@ -60,7 +65,7 @@ def brute(entries, keys, a, b, kinds=()):
     for e in entries:
         if not (a <= e.start_ts < b) or (kinds and e.kind not in kinds):
             continue
-        k = tuple(e.day if key == "day" else getattr(e, key) for key in keys)
+        k = tuple(e.day if key == "day" else getattr(e, FIELD.get(key, key)) for key in keys)
         acc = out.setdefault(k, [D(0), 0])
         acc[0] += e.cost
         acc[1] += 1
@@ -85,6 +90,8 @@ def filled(tmp_path_factory):
         ("team", "day"),
         ("cloud", "region", "pool"),
         ("account", "user", "partition", "kind"),
+        ("project", "node", "day"),
+        ("node",),
         GROUP_KEYS,
     ],
 )
@@ -107,7 +114,9 @@ def test_report_equals_brute_force(filled, keys, window):
     assert report.total == sum((c for c, _ in got.values()), D(0))
 
 
-@pytest.mark.parametrize("keys", [(), ("team",), ("user",), ("pool", "day"), ("region", "user")])
+@pytest.mark.parametrize(
+    "keys", [(), ("team",), ("user",), ("pool", "day"), ("region", "user"), ("node",)]
+)
 def test_kind_filter(filled, keys):
     store, entries = filled
     a, b = T0 - DAY - 7, T0 + 2 * DAY + 5
@@ -123,6 +132,7 @@ def test_grain_choice():
     assert GRAINS[pick_grain(("cloud", "pool"))] == ("kind", "team", "cloud", "region", "pool")
     assert GRAINS[pick_grain(("user",))] == ("kind", "team", "account", "user")
     assert pick_grain(("user", "pool")) == 0
+    assert pick_grain(("node_name", "team")) is None  # no rollup keeps the node
 
 
 def test_rollups_can_be_rebuilt(tmp_path):

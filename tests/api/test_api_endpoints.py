@@ -103,6 +103,20 @@ def test_costs_json_and_csv(env):
     assert env.client.get("/v1/costs", headers=h).json()["total_usd"] == body["total_usd"]
 
 
+def test_costs_by_node_and_project(env):
+    """The node a row was priced on and the project (the Slurm account) group like any key."""
+    q = "/v1/costs?group_by=node,project&from=2026-01-10&to=2026-01-11"
+    body = env.client.get(q, headers=env.h("viewer")).json()
+    assert body["group_by"] == ["node", "project"]
+    rows = {(x["node"], x["project"]): Decimal(x["cost_usd"]) for x in body["rows"]}
+    # Same rows as above: job 101's time on cloud-1 is acct-v's; its idle and unbound time is
+    # no project's; job 100 ran on gpu-01, 8 GPUs x 1 h x $1.20.
+    assert abs(rows[("cloud-1", "acct-v")] - Decimal("9.83") * 2940 / 3600) < Decimal("0.000002")
+    assert rows[("cloud-1", "")] + rows[("cloud-1", "acct-v")] == Decimal("10.212278")
+    assert rows[("gpu-01", "acct-v")] == Decimal("9.6")
+    assert len(rows) == 3
+
+
 def test_budgets(env):
     b = env.client.get("/v1/budgets", headers=env.h("viewer")).json()
     vision = next(t for t in b["teams"] if t["team"] == "vision")

@@ -230,6 +230,29 @@ def test_grouped_costs_per_day_over_partial_and_whole_days(ledger: Ledger) -> No
     assert ledger.grouped_costs([], T0 + 4 * DAY, T0 + 5 * DAY) == {}
 
 
+def test_grouped_costs_per_node_over_whole_and_partial_days(ledger: Ledger) -> None:
+    """No rollup keeps the node, so the whole day inside the window must be read from the
+    ledger as well: the sums below span a partial, a whole and a partial day."""
+    ledger.add_ledger(
+        [
+            entry(T0 + H, "1.50", node_name="aws-a100-0"),  # Jan 1
+            entry(T0 + DAY + 100, "2.25", LedgerKind.IDLE, node_name="aws-a100-0"),  # Jan 2
+            entry(T0 + DAY + 200, "4.00", node_name="gcp-a100-1"),  # Jan 2
+            entry(T0 + DAY + 300, "5.00", LedgerKind.ONPREM, node_name="dgx-01"),  # Jan 2
+            entry(T0 + 2 * DAY + 50, "0.75", node_name="gcp-a100-1"),  # Jan 3
+            entry(T0 + 3 * DAY + 10, "10.00", node_name="aws-a100-0"),  # Jan 4: outside
+        ]
+    )
+    assert ledger.grouped_costs(["node_name"], FROM, TO) == {
+        ("aws-a100-0",): (Decimal("3.75"), 2),  # 1.50 + 2.25
+        ("gcp-a100-1",): (Decimal("4.75"), 2),  # 4.00 + 0.75
+        ("dgx-01",): (Decimal("5.00"), 1),
+    }
+    assert ledger.grouped_costs(["day", "node_name"], T0 + DAY, T0 + 2 * DAY, ["job"]) == {
+        ("2026-01-02", "gcp-a100-1"): (Decimal("4.00"), 1),
+    }
+
+
 def test_grouped_costs_per_dimension_and_kind(ledger: Ledger) -> None:
     three_days(ledger)
     assert ledger.grouped_costs(["team"], FROM, TO) == {

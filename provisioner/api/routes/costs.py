@@ -41,7 +41,7 @@ def costs_router() -> APIRouter:
     @r.get(
         "/costs",
         summary="Cost report grouped by any of team, account, user, partition, cloud, region, "
-        "pool, kind, day over [from, to)",
+        "pool, kind, day, project, node over [from, to)",
         response_model=CostReportOut,
         responses={
             200: {"content": {"application/json": {}, "text/csv": CSV}},
@@ -57,7 +57,7 @@ def costs_router() -> APIRouter:
             Query(
                 max_length=200,
                 description="Comma-separated keys: team, account, user, partition, cloud, "
-                "region, pool, kind, day. Empty: one total.",
+                "region, pool, kind, day, project (the Slurm account), node. Empty: one total.",
             ),
         ] = None,
         from_: Annotated[When, Query(alias="from")] = None,

@@ -25,6 +25,8 @@ class ReportRowOut(Out):
     pool: GroupValue = None
     kind: GroupValue = None
     day: GroupValue = Field(default=None, description="YYYY-MM-DD (UTC)")
+    project: GroupValue = Field(default=None, description="The Slurm account")
+    node: GroupValue = Field(default=None, description="The Slurm node the row was priced on")
     cost_usd: Money
     ledger_rows: int
 
@@ -33,7 +35,19 @@ class CostReportOut(Out):
     from_: IsoTime | None = Field(alias="from")
     to: IsoTime | None
     group_by: list[
-        Literal["team", "account", "user", "partition", "cloud", "region", "pool", "kind", "day"]
+        Literal[
+            "team",
+            "account",
+            "user",
+            "partition",
+            "cloud",
+            "region",
+            "pool",
+            "kind",
+            "day",
+            "project",
+            "node",
+        ]
     ]
     kinds: list[str] | None = Field(description="The kinds asked for; null: all of them.")
     currency: Literal["USD"]

@@ -22,8 +22,9 @@ from provisioner.ports.store import ConcurrentUpdate, Ledger, NotFound, StoreErr
 from provisioner.store.ledger import EXPORT_COLUMNS, MAX_ENTRY_MICROS
 from provisioner.store.models import LEDGER_DIMENSIONS
 
-# The keys `grouped_costs` groups by (the SQL store's rollup columns).
-GROUP_KEYS = ("day", *LEDGER_DIMENSIONS)
+# The keys `grouped_costs` groups by: the SQL store's rollup columns, and the node (which only
+# the ledger itself holds).
+GROUP_KEYS = ("day", *LEDGER_DIMENSIONS, "node_name")
 
 
 class MemoryLedger(Ledger):
