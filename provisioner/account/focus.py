@@ -165,7 +165,7 @@ def _provider(cloud: str) -> tuple[str, str]:
 
 
 def focus_row(r: Any, opts: FocusOptions, periods: _Period) -> list[str]:
-    """One ledger row (a tuple of `store.ledger.EXPORT_COLUMNS`) as FOCUS values, in
+    """One ledger row (a tuple of `ports.store.EXPORT_COLUMNS`) as FOCUS values, in
     `opts.columns` order."""
     (
         start_ts,

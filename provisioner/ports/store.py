@@ -66,6 +66,33 @@ from provisioner.domain.records import (
 # ----------------------------------------------------------------------------- errors
 # The typed errors every port raises (the promises above name them).
 
+# The ledger columns `ledger_export` yields, in this order (the FOCUS export and the ledger
+# page unpack them).
+EXPORT_COLUMNS = (
+    "start_ts",
+    "end_ts",
+    "day",
+    "kind",
+    "cloud",
+    "region",
+    "pool",
+    "instance_id",
+    "node_name",
+    "offer",
+    "instance_type",
+    "capacity",
+    "job_id",
+    "team",
+    "account",
+    "user",
+    "partition",
+    "decision_id",
+    "quantity",
+    "unit",
+    "unit_price_micros",
+    "cost_micros",
+)
+
 
 class StoreError(ProvisionerError):
     """A store operation could not be carried out as asked."""
@@ -369,7 +396,7 @@ class Ledger(Protocol):
         self, from_ts: float | None = None, to_ts: float | None = None, *, chunk_rows: int = 2000
     ) -> Iterator[Sequence[Sequence[Any]]]:
         """The rows starting in [from_ts, to_ts), in start order (then insertion order), as
-        tuples of `store.ledger.EXPORT_COLUMNS` (kind as text, money as integer
+        tuples of `EXPORT_COLUMNS` (kind as text, money as integer
         micro-dollars), in chunks of `chunk_rows` (the last may be shorter; none when empty)."""
         ...
 

@@ -21,7 +21,13 @@ from provisioner.domain.records import (
     from_micros,
     to_micros,
 )
-from provisioner.ports.store import ConcurrentUpdate, Ledger, NotFound, StoreError
+from provisioner.ports.store import (
+    EXPORT_COLUMNS,
+    ConcurrentUpdate,
+    Ledger,
+    NotFound,
+    StoreError,
+)
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import (
     GRAINS,
@@ -39,31 +45,6 @@ from provisioner.store.models import (
 MAX_ENTRY_MICROS = 10**13
 
 DAY_S = 86_400
-# The ledger columns `ledger_export` reads, in this order (the FOCUS export unpacks them).
-EXPORT_COLUMNS = (
-    "start_ts",
-    "end_ts",
-    "day",
-    "kind",
-    "cloud",
-    "region",
-    "pool",
-    "instance_id",
-    "node_name",
-    "offer",
-    "instance_type",
-    "capacity",
-    "job_id",
-    "team",
-    "account",
-    "user",
-    "partition",
-    "decision_id",
-    "quantity",
-    "unit",
-    "unit_price_micros",
-    "cost_micros",
-)
 
 
 def pick_grain(group_by: Sequence[str], kinds: Sequence[str] = ()) -> int | None:

@@ -18,9 +18,8 @@ from provisioner.domain.records import (
     LedgerEntry,
     LedgerKind,
 )
-from provisioner.ports.store import Ledger
+from provisioner.ports.store import EXPORT_COLUMNS, Ledger
 from provisioner.store import ConcurrentUpdate, NotFound, StoreError
-from provisioner.store.ledger import EXPORT_COLUMNS
 
 
 @pytest.fixture(scope="module", params=IMPLEMENTATIONS)

@@ -18,8 +18,8 @@ from provisioner.domain.records import (
     from_micros,
     to_micros,
 )
-from provisioner.ports.store import ConcurrentUpdate, Ledger, NotFound, StoreError
-from provisioner.store.ledger import EXPORT_COLUMNS, MAX_ENTRY_MICROS
+from provisioner.ports.store import EXPORT_COLUMNS, ConcurrentUpdate, Ledger, NotFound, StoreError
+from provisioner.store.ledger import MAX_ENTRY_MICROS
 from provisioner.store.models import LEDGER_DIMENSIONS
 
 # The keys `grouped_costs` groups by: the SQL store's rollup columns, and the node (which only
