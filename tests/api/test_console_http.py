@@ -9,7 +9,17 @@ from decimal import Decimal
 import pytest
 from api_helpers import Env
 
-PAGES = ("/", "/costs", "/budgets", "/decisions", "/instances", "/gpus", "/iac", "/whatif")
+PAGES = (
+    "/",
+    "/costs",
+    "/ledger",
+    "/budgets",
+    "/decisions",
+    "/instances",
+    "/gpus",
+    "/iac",
+    "/whatif",
+)
 
 
 def sign_in(env: Env, role: str) -> str:

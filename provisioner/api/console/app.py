@@ -24,6 +24,7 @@ from provisioner.account.reports import ReportError, cost_report, parse_group_by
 from provisioner.api.auth import Role, verify_token
 from provisioner.api.console import views
 from provisioner.api.console.drill import PageNotFound, instance_page, job_page
+from provisioner.api.console.ledger_page import ledger_page
 from provisioner.api.console.paging import page_of
 from provisioner.api.console.sessions import COOKIE, Session, Sessions, can_operate, csrf_ok
 from provisioner.api.deps import ApiDeps
@@ -325,6 +326,13 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
         data = views.instances(_deps(request), q, page_of(q.get("page")))
         return page(request, "instances", {"i": data, "pq": _without_page(q)})
 
+    def ledger(request: Request, sess: Session) -> Response:
+        q = request.query_params
+        data = ledger_page(_deps(request), q, page_of(q.get("page")))
+        # an empty filter is a filter ("team=": rows no team owns), so the pager keeps it
+        pq = urlencode([(k, v) for k, v in q.multi_items() if k != "page"])
+        return page(request, "ledger", {"l": data, "pq": pq, "active": "costs"})
+
     def gpus(request: Request, sess: Session) -> Response:
         return page(request, "gpus", {"g": views.gpus(_deps(request))})
 
@@ -343,6 +351,7 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
         ("/budgets", budgets),
         ("/decisions", decisions),
         ("/jobs", jobs),
+        ("/ledger", ledger),
         ("/jobs/{job_id}", job),
         ("/instances", instances),
         ("/instances/{instance_id}", instance),

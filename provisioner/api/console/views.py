@@ -16,12 +16,19 @@ from collections.abc import Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlencode
 
 from provisioner.account.billing import month_start
 from provisioner.account.budgets import CLOUD_KINDS, budget_status, with_forecasts
 from provisioner.account.cloud_waste import cloud_waste
-from provisioner.account.efficiency import efficiency, efficiency_dict, parse_dimension
+from provisioner.account.efficiency import (
+    GPU_HOURS,
+    efficiency,
+    efficiency_dict,
+    parse_dimension,
+)
 from provisioner.account.gpu_waste import DEFAULT_ALERT_MAX_AGE_S, gpu_alerts, gpu_waste
+from provisioner.account.ledger_query import hourly
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, parse_kinds
 from provisioner.api import render
 from provisioner.api.console.gpu_fleet import gpu_fleet
@@ -35,11 +42,12 @@ from provisioner.domain.nodes import NodeKind
 from provisioner.domain.telemetry import DEFAULT_MAX_AGE_S
 from provisioner.plan.reasons import kind_of_reason, reason_words
 
-PAGE_GROUPS = ("team", "account", "pool", "cloud", "kind", "day")
+PAGE_GROUPS = ("team", "account", "pool", "node", "cloud", "kind", "day")
 GROUP_LABELS = {
     "team": "Team",
     "account": "Project",
     "pool": "Pool",
+    "node": "Node",
     "cloud": "Cloud",
     "kind": "Kind",
     "day": "Day",
@@ -47,6 +55,9 @@ GROUP_LABELS = {
     "partition": "Partition",
     "region": "Region",
 }
+# A window this short or shorter is charted by UTC hour, a longer one by day.
+HOURLY_UP_TO_S = 2 * 86_400.0
+HOUR_S = 3600.0
 CLOUD_SIDE = set(CLOUD_KINDS)  # job, idle, unbound, orphan: cloud instances
 ONPREM_SIDE = {"onprem", "energy"}  # amortised hardware and measured energy
 
@@ -257,46 +268,95 @@ def costs(
     f, t = window(deps, from_, to)
     report = render.report_dict(cost_report(deps.store, keys, f, t, kinds=kinds))
     key = keys[0]
-    # The stacked chart: one bar per day, one stack per value of the key.
-    series: dict[str, dict[str, str]] = defaultdict(dict)
-    days: list[str] = []
-    if key != "day":
-        per_day = render.report_dict(cost_report(deps.store, ("day", key), f, t, kinds=kinds))
-        days = sorted({r["day"] for r in per_day["rows"]})
-        for r in per_day["rows"]:
-            series[key_label(r[key])][r["day"]] = r["cost_usd"]
-    else:
-        days = [r["day"] for r in report["rows"]]
-        series["total"] = {r["day"]: r["cost_usd"] for r in report["rows"]}
+    by_hour = t - f <= HOURLY_UP_TO_S
     by_kind = render.report_dict(cost_report(deps.store, ("kind",), f, t))
     side = {"cloud": Decimal(0), "onprem": Decimal(0)}
+    window_q = {"from": render.iso(f) or "", "to": render.iso(t) or ""}
     for r in by_kind["rows"]:
         r["side"] = "cloud" if r["kind"] in CLOUD_SIDE else "onprem"
         side[r["side"]] += Decimal(r["cost_usd"])
+        r["href"] = ledger_href(window_q | {"kind": r["kind"]})
+    kinds_q = {"kind": ",".join(kinds)} if kinds else {}
     total = Decimal(report["total_usd"])
     for r in report["rows"]:
         r["share"] = float(Decimal(r["cost_usd"]) / total) if total else None
+        r["href"] = ledger_href(window_q | kinds_q | {key: r[key]})
     eff_key = parse_dimension(eff_by)
+    eff = efficiency_body(deps.store, eff_key, f, t)
+    for e in [*eff["rows"], eff["total"]]:
+        of = window_q | ({eff_key: e["key"]} if e is not eff["total"] else {})
+        e["href"] = {
+            "cost_usd": ledger_href(of),
+            "gpu_hours_paid": ledger_href(of | {"unit": GPU_HOURS}),
+            "idle_usd": ledger_href(of | {"kind": "idle"}),
+            "never_ran_usd": ledger_href(of | {"never_ran": "1"}),
+        }
     return {
         "key": key,
         "kind": ",".join(kinds),
         "from": render.iso(f),
         "to": render.iso(t),
         "windows": quick_windows(now_ts(deps)),
-        "efficiency": efficiency_body(deps.store, eff_key, f, t),
+        "efficiency": eff,
         "eff_by": eff_key,
         "report": report,
-        "chart": {
-            "labels": days,
-            "datasets": [
-                {"label": name, "data": [float(vals.get(d, "0")) for d in days]}
-                for name, vals in sorted(series.items())
-            ],
-        },
+        "by_hour": by_hour,
+        "chart": (
+            _hourly_chart(deps, key, f, t, kinds)
+            if by_hour
+            else _daily_chart(deps, key, f, t, kinds, report)
+        ),
         "cloud_usd": f"{side['cloud']:.2f}",
         "onprem_usd": f"{side['onprem']:.2f}",
+        "cloud_href": ledger_href(window_q | {"kind": ",".join(sorted(CLOUD_SIDE))}),
+        "onprem_href": ledger_href(window_q | {"kind": ",".join(sorted(ONPREM_SIDE))}),
         "by_kind": by_kind["rows"],
     }
+
+
+def ledger_href(params: Mapping[str, str]) -> str:
+    """The console's ledger page of the rows a figure sums (console/ledger_page.py)."""
+    return "/ledger?" + urlencode(params)
+
+
+def _chart(labels: list[str], series: Mapping[str, Mapping[str, object]]) -> dict[str, Any]:
+    return {
+        "labels": labels,
+        "datasets": [
+            {"label": name, "data": [float(str(vals.get(x, "0"))) for x in labels]}
+            for name, vals in sorted(series.items())
+        ],
+    }
+
+
+def _daily_chart(
+    deps: ApiDeps, key: str, f: float, t: float, kinds: tuple[str, ...], report: dict[str, Any]
+) -> dict[str, Any]:
+    """One bar per day, one stack per value of the key."""
+    if key == "day":
+        days = {r["day"]: r["cost_usd"] for r in report["rows"]}
+        return _chart(list(days), {"total": days})
+    per_day = render.report_dict(cost_report(deps.store, ("day", key), f, t, kinds=kinds))
+    series: dict[str, dict[str, object]] = defaultdict(dict)
+    for r in per_day["rows"]:
+        series[key_label(r[key])][r["day"]] = r["cost_usd"]
+    return _chart(sorted({r["day"] for r in per_day["rows"]}), series)
+
+
+def _hourly_chart(
+    deps: ApiDeps, key: str, f: float, t: float, kinds: tuple[str, ...]
+) -> dict[str, Any]:
+    """One bar per UTC hour of a short window (a day's single bar says nothing)."""
+    label = {}
+    h = f // HOUR_S * HOUR_S
+    while h < t:
+        label[h] = datetime.fromtimestamp(h, UTC).strftime("%m-%d %H:00")
+        h += HOUR_S
+    series = {
+        key_label(name): {label[h]: v for h, v in per_hour.items()}
+        for name, per_hour in hourly(deps.store, key, f, t, kinds).items()
+    }
+    return _chart(list(label.values()), series)
 
 
 def quick_windows(now: float) -> list[tuple[str, str, str]]:
@@ -345,8 +405,14 @@ def budgets(deps: ApiDeps) -> dict[str, Any]:
         live = store.instances(live_only=True)
         committed = dict(spend(store, live, [si.instance for si in live], now).team_committed_usd)
         data["committed_basis"] = "instances in flight in the store (no pass yet)"
+    month_q = {
+        "from": render.iso(status.month_start_ts) or "",
+        "to": render.iso(status.month_end_ts) or "",
+        "kind": ",".join(sorted(CLOUD_SIDE)),
+    }
     for t in data["teams"]:
         t["committed_usd"] = f"{committed.get(t['team'], Decimal(0)):.6f}"
+        t["spent_href"] = ledger_href(month_q | {"team": t["team"]})
     # The month's trajectory: cumulative cloud spend per team per day so far, then the forecast
     # (the fleet as it runs now, kept running) to the month's end, against each team's budget.
     if now > status.month_start_ts:

@@ -1,0 +1,146 @@
+"""The ledger rows behind a figure: the rows starting in [from, to) that match a set of filters,
+with their count, dollars and quantities, so that every money figure on a page can link to the
+rows it sums. Also the hourly buckets of a short window (a one-day chart by hour).
+
+Filters, each optional: any cost-report key equal to a value (`team=vision`, `node=`, which is
+the empty value: rows no node owns), `kind` as a comma-separated list, `unit` (e.g.
+`GPU-Hours`), and `never_ran` (rows of cloud instances that ran no job in the window, the
+Overview's waste definition, account/cloud_waste.py). The window is scanned row by row: the
+rollups cannot answer a filter on the node or on an instance's history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from provisioner.account.reports import GROUP_KEYS, ReportError, parse_kinds
+from provisioner.domain.money import MICRO
+from provisioner.domain.records import CLOUD_KINDS
+from provisioner.ports.store import EXPORT_COLUMNS, Ledger
+
+# The export column each filter key reads (a project is the Slurm account).
+_COLUMN = {"project": "account", "node": "node_name"}
+_AT = {name: i for i, name in enumerate(EXPORT_COLUMNS)}
+EQUALITY_KEYS = tuple(k for k in GROUP_KEYS if k != "kind")
+MAX_VALUE = 200
+HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerQuery:
+    from_ts: float
+    to_ts: float
+    equals: tuple[tuple[str, str], ...] = ()  # (filter key, value), in EQUALITY_KEYS order
+    kinds: tuple[str, ...] = ()
+    unit: str | None = None
+    never_ran: bool = False
+
+    def params(self) -> dict[str, str]:
+        """The filters as query parameters (without the window)."""
+        out = dict(self.equals)
+        if self.kinds:
+            out["kind"] = ",".join(self.kinds)
+        if self.unit is not None:
+            out["unit"] = self.unit
+        if self.never_ran:
+            out["never_ran"] = "1"
+        return out
+
+
+@dataclass(slots=True)
+class LedgerSelection:
+    """The matching rows from `offset` (at most `limit`, as dicts of EXPORT_COLUMNS) and the
+    figures of all of them."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    count: int = 0
+    cost_micros: int = 0
+    quantity: dict[str, float] = field(default_factory=dict)  # per unit
+
+    @property
+    def cost(self) -> Decimal:
+        return (Decimal(self.cost_micros) * MICRO).quantize(MICRO)
+
+
+def parse_ledger_query(params: Mapping[str, str], from_ts: float, to_ts: float) -> LedgerQuery:
+    """The filters in `params` (other parameters are ignored); a bad one is a ReportError."""
+    if to_ts <= from_ts:
+        raise ReportError("'to' must be after 'from'")
+    equals = []
+    for key in EQUALITY_KEYS:
+        if key in params:
+            value = params[key]
+            if len(value) > MAX_VALUE:
+                raise ReportError(f"{key}: longer than {MAX_VALUE} characters")
+            equals.append((key, value))
+    never = params.get("never_ran", "")
+    if never not in ("", "0", "1"):
+        raise ReportError(f"never_ran: {never[:20]!r} is not 1 or 0")
+    unit = params.get("unit")
+    if unit is not None and len(unit) > MAX_VALUE:
+        raise ReportError(f"unit: longer than {MAX_VALUE} characters")
+    return LedgerQuery(
+        from_ts,
+        to_ts,
+        tuple(equals),
+        parse_kinds(params.get("kind")),
+        unit,
+        never == "1",
+    )
+
+
+def _matching(store: Ledger, q: LedgerQuery) -> Iterator[Sequence[Any]]:
+    never_ran: set[str] = set()
+    if q.never_ran:
+        costs = store.instance_costs(q.from_ts, q.to_ts, CLOUD_KINDS)
+        never_ran = {iid for iid, (_, jobs) in costs.items() if jobs == 0}
+    tests = [(_AT[_COLUMN.get(k, k)], v) for k, v in q.equals]
+    kinds = set(q.kinds)
+    for chunk in store.ledger_export(q.from_ts, q.to_ts):
+        for row in chunk:
+            if kinds and str(row[_AT["kind"]]) not in kinds:
+                continue
+            if q.unit is not None and row[_AT["unit"]] != q.unit:
+                continue
+            if q.never_ran and row[_AT["instance_id"]] not in never_ran:
+                continue
+            if all(str(row[i] or "") == v for i, v in tests):
+                yield row
+
+
+def select_rows(store: Ledger, q: LedgerQuery, offset: int = 0, limit: int = 50) -> LedgerSelection:
+    """Every matching row counts towards the figures; rows [offset, offset + limit) are kept."""
+    out = LedgerSelection()
+    for row in _matching(store, q):
+        if offset <= out.count < offset + limit:
+            out.rows.append(dict(zip(EXPORT_COLUMNS, row, strict=True)))
+        out.count += 1
+        out.cost_micros += int(row[_AT["cost_micros"]])
+        unit = str(row[_AT["unit"]] or "")
+        out.quantity[unit] = out.quantity.get(unit, 0.0) + float(row[_AT["quantity"]] or 0.0)
+    return out
+
+
+def hourly(
+    store: Ledger, key: str, from_ts: float, to_ts: float, kinds: Iterable[str] = ()
+) -> dict[str, dict[float, Decimal]]:
+    """Dollars per value of the cost-report `key` (or 'total' for 'day') per UTC hour
+    (its start, as POSIX seconds) of the rows starting in the window. A row belongs to the
+    hour its start lies in, as it belongs to the window its start lies in."""
+    if key not in GROUP_KEYS:
+        raise ReportError(f"group_by: unknown key {key[:40]!r}")
+    q = LedgerQuery(from_ts, to_ts, kinds=parse_kinds(tuple(kinds)))
+    col = None if key == "day" else _AT[_COLUMN.get(key, key)]
+    micros: dict[str, dict[float, int]] = {}
+    for row in _matching(store, q):
+        name = "total" if col is None else str(row[col] or "")
+        hour = float(row[_AT["start_ts"]]) // HOUR * HOUR
+        per = micros.setdefault(name, {})
+        per[hour] = per.get(hour, 0) + int(row[_AT["cost_micros"]])
+    return {
+        name: {h: (Decimal(m) * MICRO).quantize(MICRO) for h, m in per.items()}
+        for name, per in micros.items()
+    }
