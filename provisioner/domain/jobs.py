@@ -50,6 +50,9 @@ class Job:
     # requeued from a CLOUD node that never got an address keeps the alias "TBD" and fails to
     # launch on any other node (measured: docs/controller.md), so only a cloud node can run it.
     launch_failed: bool = False
+    # Allocated nodes that are still booting (Slurm's CONFIGURING): the job holds them but has
+    # not started, and Slurm moves its start time to when they are up. No GPU time is its yet.
+    configuring: bool = False
 
     def __post_init__(self) -> None:
         if self.gpus < 0:

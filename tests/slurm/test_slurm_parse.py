@@ -141,6 +141,8 @@ def test_rest_jobs_sample_states() -> None:
     assert jobs["14"].state is JobState.COMPLETED and jobs["14"].end_ts == 1796021553.0
     assert jobs["16"].state is JobState.CANCELLED
     assert jobs["22"].state is JobState.RUNNING  # CONFIGURING holds its burst node
+    assert jobs["22"].configuring  # ... and has not started on it yet
+    assert not jobs["14"].configuring
     assert jobs["22"].gpus == 8 and jobs["22"].nodes == ("cloud-aws-1",)
 
 
@@ -219,7 +221,8 @@ def test_squeue_23x_shapes() -> None:
     p = jobs["102"]
     assert p.state is JobState.PENDING and p.gpus == 8 and p.time_limit_s is None
     assert p.partitions == ("onprem", "cloud")
-    assert jobs["103"].state is JobState.RUNNING
+    assert jobs["103"].state is JobState.RUNNING and jobs["103"].configuring
+    assert not jobs["101"].configuring
     assert jobs["104"].gpus == 3  # tres_per_task x tasks
 
 

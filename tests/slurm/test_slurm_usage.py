@@ -84,6 +84,25 @@ def test_tracker_start_reset_after_power_up_and_short_jobs() -> None:
     ]
 
 
+def test_a_configuring_job_has_no_gpu_time_until_its_node_is_up() -> None:
+    """Slurm lists a job on a booting node as CONFIGURING with the allocation's start time,
+    then moves the start to when the node is up (measured on 22.05: 11 s later on a burst
+    node). Only that second start is the job's; the time before is the node's."""
+    from dataclasses import replace
+
+    t = UsageTracker()
+    booting = replace(j("5", JobState.RUNNING, start=100.0, nodes=["cloud-aws-1"]),
+                      configuring=True)  # fmt: skip
+    assert t.update([booting], 101.0, NODES) == () and t.open_records == ()
+    assert t.update([booting], 105.0, NODES) == () and t.open_records == ()
+    t.update([j("5", JobState.RUNNING, start=111.0, nodes=["cloud-aws-1"])], 112.0, NODES)
+    (rec,) = t.open_records
+    assert rec.start_ts == 111.0
+    done = j("5", JobState.COMPLETED, start=111.0, end=119.0, nodes=["cloud-aws-1"])
+    (closed,) = t.update([done], 120.0, NODES)
+    assert (closed.start_ts, closed.end_ts) == (111.0, 119.0)
+
+
 def test_tracker_requeue_and_vanished_job() -> None:
     t = UsageTracker()
     t.update([j("4", JobState.RUNNING, start=10.0, nodes=["onprem-1"])], 20.0, NODES)

@@ -194,6 +194,10 @@ _JOB_STATES: dict[str, JobState] = {
 _JOB_FLAG_ORDER = ("REQUEUED", "REQUEUE_HOLD", "CONFIGURING", "COMPLETING")
 
 
+def _upper_words(raw: Any) -> set[str]:
+    return {str(w).upper() for w in _words(raw)}
+
+
 def _job_state(raw: Any, where: str) -> JobState:
     words = _words(raw)
     if not words:
@@ -278,6 +282,8 @@ def parse_job(rec: Mapping[str, Any]) -> Job:
         eligible_ts=eligible if not started else None,
         held=not started and _held(rec),
         launch_failed=not started and _launch_failed(rec),
+        configuring=state is JobState.RUNNING
+        and "CONFIGURING" in _upper_words(rec.get("job_state")),
     )
 
 

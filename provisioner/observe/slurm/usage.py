@@ -99,9 +99,11 @@ class UsageTracker:
             closed.extend(replace(r, start_ts=start, end_ts=max(end, start)) for r in recs)
             self._done.add((job_id, start))
             del self._open[job_id]
-        # 2. running jobs: open (or refresh the start time Slurm resets after a node powers up)
+        # 2. running jobs: open (or refresh the start time Slurm resets after a node powers up).
+        #    A job still configuring (its nodes booting) has not started: Slurm's start time
+        #    for it is the allocation's, which Slurm moves once the nodes are up.
         for job in seen.values():
-            if job.state is JobState.RUNNING and job.nodes:
+            if job.state is JobState.RUNNING and job.nodes and not job.configuring:
                 start = job.start_ts if job.start_ts is not None else now_ts
                 prev = self._open.get(job.job_id)
                 if prev is None or prev[0].start_ts != start:
