@@ -638,7 +638,9 @@ class JobHistory(Protocol):
         `first_seen_ts`, and the stored prediction when the record has none (a job predicted
         while pending keeps it once running); a record not newer (`last_seen_ts`) than the
         stored one changes nothing, so a lapsed controller's older view cannot undo a newer
-        one. Fenced. Returns how many were written."""
+        one. `instance_ids` accumulate: an instance a job ran on stays listed after it ended
+        (Slurm still lists the job, and its node, when the instance is gone). Fenced. Returns
+        how many were written."""
         ...
 
     def close_missing_jobs(self, listed: Collection[str], now_ts: float) -> int:

@@ -98,7 +98,7 @@ class JobStore(StoreBase, JobHistory):
                 for f in _FIELDS:
                     setattr(row, f, getattr(rec, f))
                 row.nodes = list(rec.nodes)
-                row.instance_ids = list(rec.instance_ids)
+                row.instance_ids = sorted({*(row.instance_ids or ()), *rec.instance_ids})
                 row.placement = rec.placement
                 if new or rec.predicted_runtime_s is not None:
                     row.predicted_runtime_s = rec.predicted_runtime_s

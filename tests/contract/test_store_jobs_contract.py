@@ -108,6 +108,20 @@ def test_jobs_a_complete_listing_lost_are_closed_as_gone(jobs: JobHistory) -> No
     }
 
 
+def test_a_job_keeps_the_instances_it_ran_on_after_they_are_gone(jobs: JobHistory) -> None:
+    """Slurm still lists a finished job with its node after the instance behind the node has
+    ended, so a later record names no instance: the job still ran in the cloud."""
+    ran = {"state": "completed", "start_ts": T0, "end_ts": T0 + 60, "nodes": ("cloud-1",)}
+    jobs.record_jobs([rec("j", T0 + 60, instance_ids=("i-2",), **ran)])
+    jobs.record_jobs([rec("j", T0 + 120, **ran)])  # the instance ended
+    (r,) = jobs.job_records()
+    assert r.instance_ids == ("i-2",) and r.placement == "cloud"
+    # requeued onto another instance: both cost it money, both are listed
+    jobs.record_jobs([rec("j", T0 + 180, instance_ids=("i-1",), **ran)])
+    assert jobs.job_records()[0].instance_ids == ("i-1", "i-2")
+    assert [x.job_id for x in jobs.job_records(ran_on="i-2")] == ["j"]
+
+
 def test_filters_and_pages_newest_submit_first(jobs: JobHistory) -> None:
     jobs.record_jobs(
         [

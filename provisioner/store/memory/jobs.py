@@ -22,12 +22,13 @@ class MemoryJobHistory(JobHistory):
             if old is not None and r.last_seen_ts <= old.last_seen_ts:
                 continue
             if old is None:
-                staged[r.job_id] = r
+                staged[r.job_id] = replace(r, instance_ids=tuple(sorted(set(r.instance_ids))))
                 continue
             keep = r.predicted_runtime_s is None
             staged[r.job_id] = replace(
                 r,
                 first_seen_ts=min(old.first_seen_ts, r.first_seen_ts),
+                instance_ids=tuple(sorted({*old.instance_ids, *r.instance_ids})),
                 predicted_runtime_s=old.predicted_runtime_s if keep else r.predicted_runtime_s,
                 prediction_source=old.prediction_source if keep else r.prediction_source,
             )
