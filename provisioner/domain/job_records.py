@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from provisioner.domain.instances import CloudInstance
 from provisioner.domain.jobs import Job, JobState
 
 # A job Slurm stopped listing before the controller saw how it ended (squeue drops a finished
@@ -86,12 +87,14 @@ class JobRecord:
 
 def job_records(
     jobs: Iterable[Job],
-    instance_of_node: Mapping[str, str],
+    instance_of_node: Mapping[str, CloudInstance],
     team_for: Callable[[str], str],
     now_ts: float,
 ) -> list[JobRecord]:
     """One record per job of a snapshot, seen at `now_ts`. `instance_of_node`: the cloud
-    instance id behind each burst node's name. A pending job's learned runtime (the planner's
+    instance behind each burst node's name now. A job that started before that instance was
+    launched ran on an earlier machine of the same name (Slurm lists finished jobs for a
+    while), so it is not this instance's. A pending job's learned runtime (the planner's
     annotation) is its prediction; other jobs carry none, and the store keeps the last one."""
     out: list[JobRecord] = []
     for j in jobs:
@@ -113,7 +116,7 @@ def job_records(
                 end_ts=j.end_ts if j.state not in (JobState.PENDING, JobState.RUNNING) else None,
                 time_limit_s=j.time_limit_s,
                 nodes=nodes,
-                instance_ids=tuple(instance_of_node[n] for n in nodes if n in instance_of_node),
+                instance_ids=_instances(j, nodes, instance_of_node),
                 first_seen_ts=now_ts,
                 last_seen_ts=now_ts,
                 predicted_runtime_s=j.expected_runtime_s if learned else None,
@@ -121,6 +124,17 @@ def job_records(
             )
         )
     return out
+
+
+def _instances(
+    job: Job, nodes: tuple[str, ...], instance_of_node: Mapping[str, CloudInstance]
+) -> tuple[str, ...]:
+    out = []
+    for n in nodes:
+        inst = instance_of_node.get(n)
+        if inst is not None and (job.start_ts is None or job.start_ts >= inst.launched_ts):
+            out.append(inst.instance_id)
+    return tuple(out)
 
 
 __all__ = ["GONE", "JOB_STATES", "OPEN_STATES", "JobRecord", "job_records"]

@@ -34,7 +34,12 @@ class JobsRecorder:
         nothing: its job list is not a complete listing."""
         if view.stale or not view.nodes:
             return 0
-        nodes = {i.node_name: i.instance_id for i in view.instances if i.node_name}
+        # a node name's latest instance (an ended one may still be listed beside it)
+        nodes = {
+            i.node_name: i
+            for i in sorted(view.instances, key=lambda i: i.launched_ts)
+            if i.node_name
+        }
         records = job_records(view.jobs, nodes, self.policy.budgets.team_for, now)
         changed = [r for r in records if self._written.get(r.job_id) != r.content()]
         n = self.store.record_jobs(changed)
