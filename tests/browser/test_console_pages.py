@@ -521,3 +521,43 @@ def test_drill_down_from_a_team_to_a_job_to_its_instance_and_back(
         page.click("#back-to-pool")
     assert page.locator(f"tr[data-instance='{iid}']").count() in (0, 1)  # it may be on page 2
     assert "pool=" in page.url
+
+
+def _ledger_rows_sum(page) -> Decimal:
+    """The ledger page's listed rows, over every page its pager links, added up."""
+    total = Decimal(0)
+    while True:
+        cells = page.eval_on_selector_all(
+            "#ledger-table tbody td[data-usd]", "cells => cells.map(c => c.dataset.usd)"
+        )
+        total += sum((Decimal(v) for v in cells), Decimal(0))
+        if page.locator(".page-next").count() == 0:
+            return total
+        with page.expect_navigation():
+            page.locator(".page-next").first.click()
+        page.wait_for_selector("body[data-ready='1']")
+
+
+@pytest.mark.parametrize("path", ["/costs?group_by=team", "/costs?group_by=node", "/budgets"])
+def test_every_money_figure_links_to_rows_that_add_up_to_it(
+    viewer: Console, finished: Served, path
+):
+    """Each linked figure on a money page, followed in the browser: the linked page's total
+    equals the figure, and the rows it lists (page after page) add up to that total."""
+    sep = "&" if "?" in path else "?"
+    page = viewer.goto(path + (f"{sep}from={finished.first_day}" if "costs" in path else ""))
+    links = page.eval_on_selector_all(
+        "td[data-usd] a[href^='/ledger'], .tile .value a[href^='/ledger']",
+        "as => as.map(a => [a.closest('[data-usd]') ? a.closest('[data-usd]').dataset.usd"
+        " : a.textContent, a.getAttribute('href')])",
+    )
+    assert len(links) >= 3, path
+    for figure, href in links:
+        linked = viewer.goto(href)
+        total = Decimal(linked.get_attribute("#ledger-sum", "data-usd"))
+        if figure.startswith("$"):  # a tile: shown to the cent
+            assert f"${total:,.2f}" == figure.strip(), href
+        else:
+            assert total == Decimal(figure), href
+        assert _ledger_rows_sum(linked) == total, href
+    viewer.shot(f"ledger-from-{path.strip('/').split('?')[0]}")
