@@ -23,11 +23,12 @@ from provisioner.account.focus import FocusOptions, iter_focus_csv
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, report_to_csv
 from provisioner.api.auth import Role, verify_token
 from provisioner.api.console import views
-from provisioner.api.console.drill import PageNotFound, instance_page, job_page
+from provisioner.api.console.drill import instance_page, job_page
 from provisioner.api.console.ledger_page import ledger_page
 from provisioner.api.console.paging import page_of
 from provisioner.api.console.sessions import COOKIE, Session, Sessions, can_operate, csrf_ok
 from provisioner.api.deps import ApiDeps
+from provisioner.domain.errors import NotKnown
 
 log = logging.getLogger("provisioner.console")
 HERE = Path(__file__).resolve().parent
@@ -174,7 +175,7 @@ def mount_console(app: FastAPI, *, sessions: Sessions | None = None) -> None:
                 return handler(request, sess)
             except ReportError as exc:
                 return page(request, "error", {"message": str(exc)}, status_code=400)
-            except PageNotFound as exc:
+            except NotKnown as exc:  # a job, an instance or a team nobody knows
                 return page(request, "error", {"message": str(exc)}, status_code=404)
 
         wrapper.__name__ = handler.__name__

@@ -7,10 +7,11 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from provisioner.account.known import check_team, window_outside_ledger
 from provisioner.account.ledger_query import parse_ledger_query, select_rows
 from provisioner.api import render
 from provisioner.api.console.paging import Page, cut
-from provisioner.api.console.views import window
+from provisioner.api.console.views import now_ts, window
 from provisioner.api.deps import ApiDeps
 from provisioner.domain.money import MICRO
 
@@ -19,6 +20,8 @@ def ledger_page(deps: ApiDeps, q: Mapping[str, str], page: Page) -> dict[str, An
     f, t = window(deps, q.get("from"), q.get("to"))
     query = parse_ledger_query(q, f, t)
     sel = select_rows(deps.store, query, page.offset, page.fetch)
+    if not sel.count:
+        check_team(deps.store, q.get("team"), now_ts(deps))
     shown, pager = cut(sel.rows, page, "ledger rows")
     rows = [
         {
@@ -38,6 +41,7 @@ def ledger_page(deps: ApiDeps, q: Mapping[str, str], page: Page) -> dict[str, An
         for r in shown
     ]
     return {
+        "notice": window_outside_ledger(deps.store, f, t, now_ts(deps)),
         "from": render.iso(f),
         "to": render.iso(t),
         "filters": sorted(query.params().items()),

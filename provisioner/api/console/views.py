@@ -28,6 +28,7 @@ from provisioner.account.efficiency import (
     parse_dimension,
 )
 from provisioner.account.gpu_waste import DEFAULT_ALERT_MAX_AGE_S, gpu_alerts, gpu_waste
+from provisioner.account.known import check_team, window_outside_ledger
 from provisioner.account.ledger_query import hourly
 from provisioner.account.reports import ReportError, cost_report, parse_group_by, parse_kinds
 from provisioner.api import render
@@ -292,6 +293,7 @@ def costs(
             "never_ran_usd": ledger_href(of | {"never_ran": "1"}),
         }
     return {
+        "notice": window_outside_ledger(deps.store, f, t, now_ts(deps)),
         "key": key,
         "kind": ",".join(kinds),
         "from": render.iso(f),
@@ -481,6 +483,8 @@ def decisions(
 ) -> dict[str, Any]:
     """A page of decisions, newest first, filtered by job, team and reason."""
     rows, pager = cut(_matching_decisions(deps, job, team, reason, page), page, "decisions")
+    if not rows:  # none matched: say so if it is because nobody knows the team
+        check_team(deps.store, team, now_ts(deps))
     counts = deps.store.decision_counts()
     return {
         "rows": [decision_row(d) for d in rows],
@@ -544,6 +548,8 @@ def jobs(deps: ApiDeps, q: Mapping[str, str], page: Page = Page(1)) -> dict[str,
         offset=page.offset,
     )
     records, pager = cut(records, page, "jobs")
+    if not records:
+        check_team(deps.store, filters["team"], now_ts(deps))
     teams = sorted({r.team for r in deps.store.job_records(limit=2000) if r.team})
     return {
         "rows": job_dicts(deps.store, records),

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from provisioner.account.budgets import budget_status, with_forecasts
 from provisioner.account.focus import FocusOptions
+from provisioner.account.known import check_window
 from provisioner.account.reports import cost_report, parse_group_by, parse_kinds, report_to_csv
 from provisioner.api import render
 from provisioner.api.access import AUTH_RESPONSES, Viewer
@@ -46,6 +47,7 @@ def costs_router() -> APIRouter:
         responses={
             200: {"content": {"application/json": {}, "text/csv": CSV}},
             400: {"model": Message},
+            404: {"model": Message, "description": "The window is wholly outside the ledger"},
             429: {"model": Message, "description": "Too many cost reports; see Retry-After"},
         },
     )
@@ -73,6 +75,7 @@ def costs_router() -> APIRouter:
         keys = parse_group_by(group_by)
         kinds = parse_kinds(kind)
         f, t = window(deps, from_, to)
+        check_window(deps.store, f, t, deps.clock.now().timestamp())
         report = cost_report(deps.store, keys, f, t, kinds=kinds)
         if format == "csv":
             return Response(

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 
 from provisioner.account.efficiency import efficiency, efficiency_dict, efficiency_rows
+from provisioner.account.known import check_window
 from provisioner.api import render
 from provisioner.api.access import AUTH_RESPONSES, Viewer
 from provisioner.api.deps import deps_of
@@ -41,6 +42,7 @@ def efficiency_router() -> APIRouter:
         response_model=EfficiencyOut,
         responses={
             400: {"model": Message},
+            404: {"model": Message, "description": "The window is wholly outside the ledger"},
             429: {"model": Message, "description": "Too many reports; see Retry-After"},
         },
     )
@@ -54,6 +56,7 @@ def efficiency_router() -> APIRouter:
         deps = deps_of(request)
         deps.rate_limiter.check("cost reports", who)
         f, t = window(deps, from_, to)
+        check_window(deps.store, f, t, deps.clock.now().timestamp())
         return efficiency_body(deps.store, group_by, f, t)
 
     return r

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 
+from provisioner.account.known import check_team
 from provisioner.api.access import AUTH_RESPONSES, Viewer
 from provisioner.api.deps import deps_of
 from provisioner.api.jobs_view import job_dicts, parse_states
@@ -22,7 +23,10 @@ def jobs_router() -> APIRouter:
         "/jobs",
         summary="Jobs the controller has seen, newest submit first, with dollars and decisions",
         response_model=list[JobOut],
-        responses={400: {"model": Message}},
+        responses={
+            400: {"model": Message},
+            404: {"model": Message, "description": "No budget, job or ledger row names the team"},
+        },
     )
     def jobs(
         request: Request,
@@ -42,7 +46,8 @@ def jobs_router() -> APIRouter:
         limit: Limit = 100,
         offset: Offset = 0,
     ) -> list[dict[str, Any]]:
-        store = deps_of(request).store
+        deps = deps_of(request)
+        store = deps.store
         f, t = span(from_, to)
         records = store.job_records(
             states=parse_states(state),
@@ -55,6 +60,8 @@ def jobs_router() -> APIRouter:
             limit=limit,
             offset=offset,
         )
+        if not records:  # none: a 404 when it is because nobody knows the team
+            check_team(store, team, deps.clock.now().timestamp())
         return job_dicts(store, records)
 
     @r.get(
