@@ -561,3 +561,24 @@ def test_every_money_figure_links_to_rows_that_add_up_to_it(
             assert total == Decimal(figure), href
         assert _ledger_rows_sum(linked) == total, href
     viewer.shot(f"ledger-from-{path.strip('/').split('?')[0]}")
+
+
+def test_a_jobs_dollars_link_to_its_own_ledger_rows(viewer: Console, finished: Served):
+    page = viewer.goto("/jobs?where=cloud")
+    links = page.eval_on_selector_all(
+        "td[data-field=cost_usd] a",
+        "as => as.map(a => [a.closest('td').dataset.usd, a.getAttribute('href')])",
+    )
+    assert links, "the demo ran no job in the cloud"
+    for usd, href in links[:10]:
+        job = viewer.goto(href)
+        if job.locator("#ledger-total").count() == 0:  # not billed yet: "No ledger row yet."
+            assert Decimal(usd) == 0, href
+            continue
+        rows = job.eval_on_selector_all(
+            "#ledger-table tbody td[data-usd]:not(#ledger-total)",
+            "cells => cells.map(c => c.dataset.usd)",
+        )
+        total = job.get_attribute("#ledger-total", "data-usd")
+        assert Decimal(total) == Decimal(usd), href
+        assert sum(Decimal(v) for v in rows) == Decimal(total), href
