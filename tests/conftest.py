@@ -1,4 +1,7 @@
-"""Fixtures every suite may use: the store's database engines (tests/databases.py)."""
+"""Fixtures every suite may use: the store's database engines (tests/databases.py), and one
+Chromium driven by Playwright for the whole session (tests/browser, and the e2e console test):
+Playwright's sync API runs one instance per thread, so a second `sync_playwright()` while the
+first is open fails."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ from typing import Any
 import pytest
 
 from tests.databases import BACKENDS, PG_URL, databases
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -49,3 +54,18 @@ def pg_url(tmp_path: Any) -> Iterator[Callable[[], str]]:
     if not PG_URL:
         pytest.skip("needs PostgreSQL: PROVISIONER_TEST_DATABASE_URL (make test starts one)")
     yield from databases("postgresql", tmp_path)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    from pathlib import Path
+
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make browser-deps`"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        try:
+            yield b
+        finally:
+            b.close()

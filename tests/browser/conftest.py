@@ -14,7 +14,6 @@ controller, API and console; only the on-prem Slurm is the demo's in-memory fake
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -31,7 +30,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "account"))  # focus_check
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = REPO / ".screenshots"
 # Generous: the CI machine has 2 cores shared with Chromium, moto and the demo's loop.
 STARTUP_S = 120.0
@@ -203,19 +201,6 @@ def finished(live_demo: Demo) -> Iterator[Served]:
     finally:
         server.stop()
         store.close()
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make browser-deps`"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 class Console:

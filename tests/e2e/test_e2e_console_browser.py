@@ -41,7 +41,7 @@ from provisioner.domain.instances import InstanceState
 from provisioner.domain.jobs import JobState
 
 sys.path.insert(0, str(REPO))
-from tests.browser.conftest import CHROMIUM, Console
+from tests.browser.conftest import Console
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 CENTS = Decimal("0.02")
@@ -101,10 +101,8 @@ def near(got: Decimal, want: Decimal) -> bool:
 
 @pytest.mark.parametrize("slurm_cluster", ["22.05"], indirect=True)
 def test_waste_and_drill_down_in_the_browser_match_moto_and_slurms_job_log(
-    cluster: Cluster, moto, tmp_path
+    cluster: Cluster, moto, tmp_path, browser
 ):
-    from playwright.sync_api import sync_playwright
-
     clock = ManualClock(datetime.now(UTC))
     c = make(cluster, moto, tmp_path, clock)
     ctl = c.policy.controller
@@ -167,73 +165,70 @@ def test_waste_and_drill_down_in_the_browser_match_moto_and_slurms_job_log(
     server = ApiServer(c.app, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.start(timeout_s=60)}"
     day = clock.now().date().isoformat()
+    con = Console(browser, url)
     try:
-        with sync_playwright() as p:
-            b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-            con = Console(b, url)
-            con.sign_in(viewer)
+        con.sign_in(viewer)
 
-            # Overview: this month's cloud waste
-            page = con.goto("/")
-            assert near(usd(page.inner_text("#waste-usd")), sum(never_ran.values()))
-            sub = page.inner_text("#tile-waste .sub")
-            assert "1 of 2 instance(s)" in sub, sub
-            con.shot("e2e-overview")
+        # Overview: this month's cloud waste
+        page = con.goto("/")
+        assert near(usd(page.inner_text("#waste-usd")), sum(never_ran.values()))
+        sub = page.inner_text("#tile-waste .sub")
+        assert "1 of 2 instance(s)" in sub, sub
+        con.shot("e2e-overview")
 
-            # Costs: the cloud total, the jobs' dollars, the never-ran dollars
-            page = con.goto(f"/costs?group_by=kind&from={day}")
-            assert near(usd(page.inner_text("#cost-cloud")), cloud_usd)
-            kinds = {
-                r.query_selector("td").inner_text(): Decimal(
-                    r.query_selector("td.num").get_attribute("data-usd")
-                )
-                for r in page.query_selector_all("#kind-table tbody tr")
-            }
-            assert near(kinds["job"], sum(job_usd.values()))
-            total = page.query_selector("#efficiency-table tr.total")
-            wasted = Decimal(
-                total.query_selector("[data-field=never_ran_usd]").get_attribute("data-usd")
+        # Costs: the cloud total, the jobs' dollars, the never-ran dollars
+        page = con.goto(f"/costs?group_by=kind&from={day}")
+        assert near(usd(page.inner_text("#cost-cloud")), cloud_usd)
+        kinds = {
+            r.query_selector("td").inner_text(): Decimal(
+                r.query_selector("td.num").get_attribute("data-usd")
             )
-            assert near(wasted, sum(never_ran.values()))
-            con.shot("e2e-costs")
-            # ... and the never-ran figure links to the rows of the instance that ran nothing
-            with page.expect_navigation():
-                total.query_selector("[data-field=never_ran_usd] a").click()
-            page.wait_for_selector("body[data-ready='1']")
-            listed = {a.inner_text() for a in page.query_selector_all("#ledger-table a")}
-            assert listed & set(bills) == set(never_ran), listed
-            assert Decimal(page.get_attribute("#ledger-sum", "data-usd")) == wasted
+            for r in page.query_selector_all("#kind-table tbody tr")
+        }
+        assert near(kinds["job"], sum(job_usd.values()))
+        total = page.query_selector("#efficiency-table tr.total")
+        wasted = Decimal(
+            total.query_selector("[data-field=never_ran_usd]").get_attribute("data-usd")
+        )
+        assert near(wasted, sum(never_ran.values()))
+        con.shot("e2e-costs")
+        # ... and the never-ran figure links to the rows of the instance that ran nothing
+        with page.expect_navigation():
+            total.query_selector("[data-field=never_ran_usd] a").click()
+        page.wait_for_selector("body[data-ready='1']")
+        listed = {a.inner_text() for a in page.query_selector_all("#ledger-table a")}
+        assert listed & set(bills) == set(never_ran), listed
+        assert Decimal(page.get_attribute("#ledger-sum", "data-usd")) == wasted
 
-            # Drill-down: team -> its jobs -> a job -> the instance it ran on -> back
-            page = con.goto("/jobs?team=vision")
-            with page.expect_navigation():
-                page.click(f"a[data-field=job-link][href='/jobs/{burst[0]}']")
-            page.wait_for_selector("body[data-ready='1']")
-            assert near(Decimal(page.get_attribute("#job-cost", "data-usd")), job_usd[burst[0]])
-            assert recs[burst[0]]["NodeList"] in page.inner_text("main")
-            con.shot("e2e-job")
-            with page.expect_navigation():
-                page.click("a[data-field=instance-link]")
-            page.wait_for_selector("body[data-ready='1']")
-            assert worked_id in page.url
-            assert near(billed(page), bills[worked_id][0])
-            ran = {a.inner_text() for a in page.query_selector_all("a[href^='/jobs/']")}
-            assert ran == set(burst)  # not the jobs earlier tests ran on a node of that name
-            con.shot("e2e-instance")
-            # ... back to its pool's instances: both, and their total is moto's bills
-            with page.expect_navigation():
-                page.click("#back-to-pool")
-            page.wait_for_selector("body[data-ready='1']")
-            totals = page.query_selector("#instance-totals")
-            assert totals.get_attribute("data-count") == "2"
-            assert near(Decimal(totals.get_attribute("data-usd")), cloud_usd)
-            ((idle_id, idle_bill),) = never_ran.items()
-            page = con.goto(f"/instances/{idle_id}")
-            assert near(billed(page), idle_bill)
-            assert not page.query_selector("a[href^='/jobs/']"), "it ran no job"
-            assert not con.errors, con.errors
-            con.close()
-            b.close()
+        # Drill-down: team -> its jobs -> a job -> the instance it ran on -> back
+        page = con.goto("/jobs?team=vision")
+        with page.expect_navigation():
+            page.click(f"a[data-field=job-link][href='/jobs/{burst[0]}']")
+        page.wait_for_selector("body[data-ready='1']")
+        assert near(Decimal(page.get_attribute("#job-cost", "data-usd")), job_usd[burst[0]])
+        assert recs[burst[0]]["NodeList"] in page.inner_text("main")
+        con.shot("e2e-job")
+        with page.expect_navigation():
+            page.click("a[data-field=instance-link]")
+        page.wait_for_selector("body[data-ready='1']")
+        assert worked_id in page.url
+        assert near(billed(page), bills[worked_id][0])
+        ran = {a.inner_text() for a in page.query_selector_all("a[href^='/jobs/']")}
+        assert ran == set(burst)  # not the jobs earlier tests ran on a node of that name
+        con.shot("e2e-instance")
+        # ... back to its pool's instances: both, and their total is moto's bills
+        with page.expect_navigation():
+            page.click("#back-to-pool")
+        page.wait_for_selector("body[data-ready='1']")
+        totals = page.query_selector("#instance-totals")
+        assert totals.get_attribute("data-count") == "2"
+        assert near(Decimal(totals.get_attribute("data-usd")), cloud_usd)
+        ((idle_id, idle_bill),) = never_ran.items()
+        page = con.goto(f"/instances/{idle_id}")
+        assert near(billed(page), idle_bill)
+        assert not page.query_selector("a[href^='/jobs/']"), "it ran no job"
+        assert not con.errors, con.errors
     finally:
+        con.close()
         server.stop()
         c.store.close()
