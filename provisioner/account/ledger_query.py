@@ -5,13 +5,14 @@ rows it sums. Also the hourly buckets of a short window (a one-day chart by hour
 Filters, each optional: any cost-report key equal to a value (`team=vision`, `node=`, which is
 the empty value: rows no node owns), `kind` as a comma-separated list, `unit` (e.g.
 `GPU-Hours`), and `never_ran` (rows of cloud instances that ran no job in the window, the
-Overview's waste definition, account/cloud_waste.py). The window is scanned row by row: the
-rollups cannot answer a filter on the node or on an instance's history.
+Overview's waste definition, account/cloud_waste.py). The store filters and sums
+(`Ledger.ledger_page`): only a page of rows reaches Python, whatever the window holds. The
+hourly chart reads its window's rows (two days at most).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from provisioner.account.reports import GROUP_KEYS, ReportError, parse_kinds
 from provisioner.domain.money import MICRO
 from provisioner.domain.records import CLOUD_KINDS
-from provisioner.ports.store import EXPORT_COLUMNS, Ledger
+from provisioner.ports.store import EXPORT_COLUMNS, Ledger, LedgerFilter
 
 # The export column each filter key reads (a project is the Slurm account).
 _COLUMN = {"project": "account", "node": "node_name"}
@@ -92,36 +93,34 @@ def parse_ledger_query(params: Mapping[str, str], from_ts: float, to_ts: float) 
     )
 
 
-def _matching(store: Ledger, q: LedgerQuery) -> Iterator[Sequence[Any]]:
-    never_ran: set[str] = set()
-    if q.never_ran:
-        costs = store.instance_costs(q.from_ts, q.to_ts, CLOUD_KINDS)
-        never_ran = {iid for iid, (_, jobs) in costs.items() if jobs == 0}
-    tests = [(_AT[_COLUMN.get(k, k)], v) for k, v in q.equals]
-    kinds = set(q.kinds)
-    for chunk in store.ledger_export(q.from_ts, q.to_ts):
-        for row in chunk:
-            if kinds and str(row[_AT["kind"]]) not in kinds:
-                continue
-            if q.unit is not None and row[_AT["unit"]] != q.unit:
-                continue
-            if q.never_ran and row[_AT["instance_id"]] not in never_ran:
-                continue
-            if all(str(row[i] or "") == v for i, v in tests):
-                yield row
+def _never_ran(store: Ledger, q: LedgerQuery) -> frozenset[str] | None:
+    if not q.never_ran:
+        return None
+    costs = store.instance_costs(q.from_ts, q.to_ts, CLOUD_KINDS)
+    return frozenset(iid for iid, (_, jobs) in costs.items() if jobs == 0)
+
+
+def _filter(store: Ledger, q: LedgerQuery) -> LedgerFilter:
+    return LedgerFilter(
+        q.from_ts,
+        q.to_ts,
+        tuple((_COLUMN.get(k, k), v) for k, v in q.equals),
+        q.kinds,
+        q.unit,
+        _never_ran(store, q),
+    )
 
 
 def select_rows(store: Ledger, q: LedgerQuery, offset: int = 0, limit: int = 50) -> LedgerSelection:
-    """Every matching row counts towards the figures; rows [offset, offset + limit) are kept."""
-    out = LedgerSelection()
-    for row in _matching(store, q):
-        if offset <= out.count < offset + limit:
-            out.rows.append(dict(zip(EXPORT_COLUMNS, row, strict=True)))
-        out.count += 1
-        out.cost_micros += int(row[_AT["cost_micros"]])
-        unit = str(row[_AT["unit"]] or "")
-        out.quantity[unit] = out.quantity.get(unit, 0.0) + float(row[_AT["quantity"]] or 0.0)
-    return out
+    """Every matching row counts towards the figures; rows [offset, offset + limit) are kept.
+    The store filters and sums, so only the page's rows reach Python."""
+    page = store.ledger_page(_filter(store, q), offset, limit)
+    return LedgerSelection(
+        [dict(zip(EXPORT_COLUMNS, row, strict=True)) for row in page.rows],
+        page.count,
+        page.cost_micros,
+        page.quantity,
+    )
 
 
 def hourly(
@@ -132,14 +131,17 @@ def hourly(
     hour its start lies in, as it belongs to the window its start lies in."""
     if key not in GROUP_KEYS:
         raise ReportError(f"group_by: unknown key {key[:40]!r}")
-    q = LedgerQuery(from_ts, to_ts, kinds=parse_kinds(tuple(kinds)))
+    wanted = set(parse_kinds(tuple(kinds)))
     col = None if key == "day" else _AT[_COLUMN.get(key, key)]
     micros: dict[str, dict[float, int]] = {}
-    for row in _matching(store, q):
-        name = "total" if col is None else str(row[col] or "")
-        hour = float(row[_AT["start_ts"]]) // HOUR * HOUR
-        per = micros.setdefault(name, {})
-        per[hour] = per.get(hour, 0) + int(row[_AT["cost_micros"]])
+    for chunk in store.ledger_export(from_ts, to_ts):
+        for row in chunk:
+            if wanted and str(row[_AT["kind"]]) not in wanted:
+                continue
+            name = "total" if col is None else str(row[col] or "")
+            hour = float(row[_AT["start_ts"]]) // HOUR * HOUR
+            per = micros.setdefault(name, {})
+            per[hour] = per.get(hour, 0) + int(row[_AT["cost_micros"]])
     return {
         name: {h: (Decimal(m) * MICRO).quantize(MICRO) for h, m in per.items()}
         for name, per in micros.items()

@@ -30,6 +30,7 @@ Promises shared by all of them:
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -92,6 +93,48 @@ EXPORT_COLUMNS = (
     "unit_price_micros",
     "cost_micros",
 )
+
+
+# The text columns a ledger page may filter on by equality.
+FILTER_COLUMNS = (
+    "day",
+    "kind",
+    "team",
+    "account",
+    "user",
+    "partition",
+    "cloud",
+    "region",
+    "pool",
+    "node_name",
+    "instance_id",
+    "job_id",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerFilter:
+    """The ledger rows starting in [from_ts, to_ts) whose columns equal `equals` (pairs of a
+    FILTER_COLUMNS name and its value), of `kinds` (all when empty), of `unit` (any when
+    None), and of `instance_ids` (any when None; none when empty)."""
+
+    from_ts: float
+    to_ts: float
+    equals: tuple[tuple[str, str], ...] = ()
+    kinds: tuple[str, ...] = ()
+    unit: str | None = None
+    instance_ids: frozenset[str] | None = None
+
+
+@dataclass(slots=True)
+class LedgerPage:
+    """A page of the matching rows (EXPORT_COLUMNS tuples, in start then insertion order) and
+    the figures of all of them: count, dollars (micro-dollars) and quantity per unit."""
+
+    rows: list[Sequence[Any]] = field(default_factory=list)
+    count: int = 0
+    cost_micros: int = 0
+    quantity: dict[str, float] = field(default_factory=dict)
 
 
 class StoreError(ProvisionerError):
@@ -398,6 +441,12 @@ class Ledger(Protocol):
         """The rows starting in [from_ts, to_ts), in start order (then insertion order), as
         tuples of `EXPORT_COLUMNS` (kind as text, money as integer
         micro-dollars), in chunks of `chunk_rows` (the last may be shorter; none when empty)."""
+        ...
+
+    def ledger_page(self, f: LedgerFilter, offset: int = 0, limit: int = 50) -> LedgerPage:
+        """The rows `f` matches from `offset` (at most `limit`), and the figures of every one
+        of them. The database filters and sums (a figure's rows, not the whole window, reach
+        Python). A column outside FILTER_COLUMNS raises InvalidArgument."""
         ...
 
     def ledger_entries(

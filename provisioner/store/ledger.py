@@ -12,6 +12,7 @@ from sqlalchemy import ColumnElement, Select, case, func, literal, select, updat
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.records import (
     BillingMark,
     JobUsage,
@@ -23,8 +24,11 @@ from provisioner.domain.records import (
 )
 from provisioner.ports.store import (
     EXPORT_COLUMNS,
+    FILTER_COLUMNS,
     ConcurrentUpdate,
     Ledger,
+    LedgerFilter,
+    LedgerPage,
     NotFound,
     StoreError,
 )
@@ -395,6 +399,48 @@ class LedgerStore(StoreBase, Ledger):
         with self.engine.connect() as conn:
             result = conn.execution_options(yield_per=chunk_rows).execute(q)
             yield from result.partitions()
+
+    def ledger_page(self, f: LedgerFilter, offset: int = 0, limit: int = 50) -> LedgerPage:
+        """Two queries over the window's index range: the figures per unit, then one page."""
+        if f.instance_ids is not None and not f.instance_ids:
+            return LedgerPage()
+        where = [LedgerRow.start_ts >= f.from_ts, LedgerRow.start_ts < f.to_ts]
+        for column, value in f.equals:
+            if column not in FILTER_COLUMNS:
+                raise InvalidArgument(f"ledger filter: {column[:40]!r} is not a filter column")
+            where.append(getattr(LedgerRow, column) == value)
+        if f.kinds:
+            where.append(LedgerRow.kind.in_([str(k) for k in f.kinds]))
+        if f.unit is not None:
+            where.append(LedgerRow.unit == f.unit)
+        if f.instance_ids is not None:
+            where.append(LedgerRow.instance_id.in_(sorted(f.instance_ids)))
+        sums = (
+            select(
+                LedgerRow.unit,
+                func.count(),
+                func.sum(LedgerRow.cost_micros),
+                func.sum(LedgerRow.quantity),
+            )
+            .where(*where)
+            .group_by(LedgerRow.unit)
+        )
+        rows = (
+            select(*(getattr(LedgerRow, c) for c in EXPORT_COLUMNS))
+            .where(*where)
+            .order_by(LedgerRow.start_ts, LedgerRow.id)
+            .offset(offset)
+            .limit(limit)
+        )
+        out = LedgerPage()
+        with self.reading() as s:
+            for unit, n, micros, qty in s.execute(sums):
+                out.count += int(n)
+                out.cost_micros += int(micros or 0)
+                out.quantity[str(unit or "")] = float(qty or 0.0)
+            if out.count > offset:
+                out.rows = [tuple(r) for r in s.execute(rows)]
+        return out
 
     def ledger_entries(
         self, *, instance_id: str | None = None, job_id: str | None = None

@@ -119,3 +119,22 @@ def test_budget_spend_links_to_the_months_cloud_rows(env: Env):
     assert ("10.212278", "vision") in [
         (usd, re.search(r"team=(\w+)", href).group(1)) for usd, href in links
     ]
+
+
+def test_the_gpus_page_shows_todays_efficiency_by_node_linked_to_its_rows(env: Env):
+    """At 23:50 on the seed's day: the on-prem node gpu-01 ($9.60 from 22:00) and the cloud
+    node cloud-1 (i-1's rows starting before 23:50) each have their row, linked like Costs."""
+    from datetime import UTC, datetime, timedelta
+
+    env.clock.set(datetime(2026, 1, 11, tzinfo=UTC) - timedelta(minutes=10))
+    sign_in(env, "viewer")
+    page = env.client.get("/gpus").text
+    assert "Efficiency and waste by node, today (UTC)" in page
+    assert 'data-key="gpu-01"' in page and 'data-key="cloud-1"' in page
+    links = LINKED.findall(page)
+    assert len(links) >= 8  # idle, never ran, cost: for two nodes and the total
+    for usd, href in links:
+        total, rows = ledger_sum(env, href)
+        assert total == Decimal(usd) and sum(rows, Decimal(0)) == total, href
+    gpu01 = re.search(r'data-key="gpu-01">.*?data-field="cost_usd" data-usd="([^"]+)"', page, re.S)
+    assert gpu01 and Decimal(gpu01.group(1)) == Decimal("9.6")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from test_store_contract import DAY, IMPLEMENTATIONS, SPOT, T0, H, Impl, failing_after, open_impl
 
+from provisioner.domain.errors import InvalidArgument
 from provisioner.domain.records import (
     CLOUD_KINDS,
     BillingMark,
@@ -18,7 +19,7 @@ from provisioner.domain.records import (
     LedgerEntry,
     LedgerKind,
 )
-from provisioner.ports.store import EXPORT_COLUMNS, Ledger
+from provisioner.ports.store import EXPORT_COLUMNS, Ledger, LedgerFilter
 from provisioner.store import ConcurrentUpdate, NotFound, StoreError
 
 
@@ -250,6 +251,41 @@ def test_grouped_costs_per_node_over_whole_and_partial_days(ledger: Ledger) -> N
     assert ledger.grouped_costs(["day", "node_name"], T0 + DAY, T0 + 2 * DAY, ["job"]) == {
         ("2026-01-02", "gcp-a100-1"): (Decimal("4.00"), 1),
     }
+
+
+def test_a_ledger_page_filters_and_sums_in_the_store(ledger: Ledger) -> None:
+    """The rows behind a figure: equality on any filter column, kinds, unit and instances;
+    every match counts towards the figures, a page of them is returned, in start order."""
+    rows = [
+        entry(T0 + H, "1.50", node_name="n-1", instance_id="i-1", team="vision", unit="GPU-Hours",
+              quantity=2.0),
+        entry(T0 + H + 10, "2.25", LedgerKind.IDLE, node_name="n-1", instance_id="i-1",
+              team="vision", unit="GPU-Hours", quantity=0.5),
+        entry(T0 + H + 20, "4.00", node_name="n-2", instance_id="i-2", team="nlp",
+              unit="GPU-Hours", quantity=1.0),
+        entry(T0 + H + 30, "0.75", LedgerKind.ENERGY, node_name="gpu-01", unit="kWh",
+              quantity=3.0),
+        entry(T0 + 2 * DAY, "10.00", node_name="n-1", instance_id="i-1", team="vision"),
+    ]  # fmt: skip
+    ledger.add_ledger(rows)
+    window = (T0, T0 + DAY)
+    page = ledger.ledger_page(LedgerFilter(*window, (("node_name", "n-1"),)))
+    assert (page.count, page.cost_micros) == (2, 3_750_000)  # 1.50 + 2.25; Jan 3 is outside
+    assert page.quantity == {"GPU-Hours": 2.5}
+    assert [r[EXPORT_COLUMNS.index("start_ts")] for r in page.rows] == [T0 + H, T0 + H + 10]
+    page = ledger.ledger_page(LedgerFilter(*window, kinds=("job",)), offset=1, limit=1)
+    assert (page.count, page.cost_micros) == (2, 5_500_000)  # both job rows count...
+    assert [r[EXPORT_COLUMNS.index("instance_id")] for r in page.rows] == ["i-2"]  # ...one shown
+    page = ledger.ledger_page(LedgerFilter(*window, unit="kWh"))
+    assert (page.count, page.quantity) == (1, {"kWh": 3.0})
+    page = ledger.ledger_page(LedgerFilter(*window, (("team", ""),)))  # rows no team owns
+    assert page.count == 1 and page.cost_micros == 750_000
+    page = ledger.ledger_page(LedgerFilter(*window, instance_ids=frozenset({"i-2", "i-9"})))
+    assert (page.count, page.cost_micros) == (1, 4_000_000)
+    assert ledger.ledger_page(LedgerFilter(*window, instance_ids=frozenset())).count == 0
+    assert ledger.ledger_page(LedgerFilter(*window, (("day", "2026-01-01"),))).count == 4
+    with pytest.raises(InvalidArgument, match="cost_micros"):
+        ledger.ledger_page(LedgerFilter(*window, (("cost_micros", "1"),)))
 
 
 def test_grouped_costs_per_dimension_and_kind(ledger: Ledger) -> None:

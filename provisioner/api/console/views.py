@@ -283,15 +283,7 @@ def costs(
         r["share"] = float(Decimal(r["cost_usd"]) / total) if total else None
         r["href"] = ledger_href(window_q | kinds_q | {key: r[key]})
     eff_key = parse_dimension(eff_by)
-    eff = efficiency_body(deps.store, eff_key, f, t)
-    for e in [*eff["rows"], eff["total"]]:
-        of = window_q | ({eff_key: e["key"]} if e is not eff["total"] else {})
-        e["href"] = {
-            "cost_usd": ledger_href(of),
-            "gpu_hours_paid": ledger_href(of | {"unit": GPU_HOURS}),
-            "idle_usd": ledger_href(of | {"kind": "idle"}),
-            "never_ran_usd": ledger_href(of | {"never_ran": "1"}),
-        }
+    eff = linked_efficiency(deps, eff_key, f, t)
     return {
         "notice": window_outside_ledger(deps.store, f, t, now_ts(deps)),
         "key": key,
@@ -314,6 +306,22 @@ def costs(
         "onprem_href": ledger_href(window_q | {"kind": ",".join(sorted(ONPREM_SIDE))}),
         "by_kind": by_kind["rows"],
     }
+
+
+def linked_efficiency(deps: ApiDeps, key: str, f: float, t: float) -> dict[str, Any]:
+    """The efficiency report by `key` over [f, t), each money figure with the link to the
+    ledger rows it sums."""
+    eff = efficiency_body(deps.store, key, f, t)
+    window_q = {"from": render.iso(f) or "", "to": render.iso(t) or ""}
+    for e in [*eff["rows"], eff["total"]]:
+        of = window_q | ({key: e["key"]} if e is not eff["total"] else {})
+        e["href"] = {
+            "cost_usd": ledger_href(of),
+            "gpu_hours_paid": ledger_href(of | {"unit": GPU_HOURS}),
+            "idle_usd": ledger_href(of | {"kind": "idle"}),
+            "never_ran_usd": ledger_href(of | {"never_ran": "1"}),
+        }
+    return eff
 
 
 def ledger_href(params: Mapping[str, str]) -> str:
@@ -638,7 +646,10 @@ def gpus(deps: ApiDeps) -> dict[str, Any]:
     alerts = alerts_dict(
         gpu_alerts(deps.store, policy, now, DEFAULT_ALERT_MAX_AGE_S), now, DEFAULT_ALERT_MAX_AGE_S
     )
+    today = now // 86_400 * 86_400
     return {
+        # today's efficiency and waste per node (a node's name is its row)
+        "efficiency": linked_efficiency(deps, "node", today, now) if now > today else None,
         "fleet": gpu_fleet(deps),
         "waste": waste,
         "alerts": alerts,

@@ -18,7 +18,16 @@ from provisioner.domain.records import (
     from_micros,
     to_micros,
 )
-from provisioner.ports.store import EXPORT_COLUMNS, ConcurrentUpdate, Ledger, NotFound, StoreError
+from provisioner.ports.store import (
+    EXPORT_COLUMNS,
+    FILTER_COLUMNS,
+    ConcurrentUpdate,
+    Ledger,
+    LedgerFilter,
+    LedgerPage,
+    NotFound,
+    StoreError,
+)
 from provisioner.store.ledger import MAX_ENTRY_MICROS
 from provisioner.store.models import LEDGER_DIMENSIONS
 
@@ -194,6 +203,27 @@ class MemoryLedger(Ledger):
                 if e.kind is LedgerKind.JOB:
                     t[1] += to_micros(e.cost)
         return {iid: (from_micros(a), from_micros(b)) for iid, (a, b) in totals.items()}
+
+    def ledger_page(self, f: LedgerFilter, offset: int = 0, limit: int = 50) -> LedgerPage:
+        bad = [c for c, _ in f.equals if c not in FILTER_COLUMNS]
+        if bad:
+            raise InvalidArgument(f"ledger filter: {bad[0][:40]!r} is not a filter column")
+        kinds = {str(k) for k in f.kinds}
+        out = LedgerPage()
+        for e in self._window(f.from_ts, f.to_ts):
+            if (
+                (kinds and str(e.kind) not in kinds)
+                or (f.unit is not None and e.unit != f.unit)
+                or (f.instance_ids is not None and e.instance_id not in f.instance_ids)
+                or any(_text(e, c) != v for c, v in f.equals)
+            ):
+                continue
+            if offset <= out.count < offset + limit:
+                out.rows.append(tuple(_column(e, c) for c in EXPORT_COLUMNS))
+            out.count += 1
+            out.cost_micros += to_micros(e.cost)
+            out.quantity[e.unit] = out.quantity.get(e.unit, 0.0) + e.quantity
+        return out
 
     def ledger_export(
         self, from_ts: float | None = None, to_ts: float | None = None, *, chunk_rows: int = 2000
