@@ -62,6 +62,12 @@ class WaitPolicy(Strict):
     spot_allowed: bool = True
     hedge_cv: float = Field(default=1.0, gt=0)
     hedge_unknown: float = Field(default=0.5, ge=0, le=1)
+    # The time limit as the worst case (off unless set): a job whose runtime is a guess learned
+    # from history, and whose time limit is at least this many times that guess, gets the
+    # waiting budget of a job running to its limit (still clamped to cap_s). A 50 s guess under
+    # a 30-day limit then waits like a long job before it bursts, instead of bursting at once
+    # and running for weeks in the cloud (docs/simulator.md, "The time limit as a worst case").
+    limit_worst_case_ratio: float | None = Field(default=None, gt=1)
 
     @model_validator(mode="after")
     def _floor_below_cap(self) -> WaitPolicy:
@@ -83,6 +89,15 @@ class WaitPolicy(Strict):
         else:
             raw = self.runtime_factor * gpus * runtime_s
         return min(self.cap_s, max(self.floor_s, raw))
+
+    def limit_is_worst_case(
+        self, expected_s: float | None, limit_s: float | None, learned: bool
+    ) -> bool:
+        """Whether the budget is taken at the time limit, not at a learned guess far below it."""
+        ratio = self.limit_worst_case_ratio
+        if ratio is None or not learned or expected_s is None or limit_s is None:
+            return False
+        return limit_s >= ratio * max(expected_s, 1.0)
 
 
 class WaitingPolicies(Strict):

@@ -154,6 +154,10 @@ def _when_not_at_once(
     ranked = p.ranked(job, model, jc.spot_ok, runtime)
     cheapest = ranked[0].expected_cost(runtime, p.policy.spot) if ranked else None
     budget = wp.budget_s(job.gpus, est, cheapest)
+    limit = job.time_limit_s
+    if limit is not None and wp.limit_is_worst_case(est, limit, bool(job.runtime_source)):
+        worst = ranked[0].expected_cost(limit, p.policy.spot) if ranked else None
+        budget = max(budget, wp.budget_s(job.gpus, limit, worst))
     boot = ranked[0].boot_s if ranked else INF
     # Only a start by the budget (or before a cloud node could boot) matters.
     latest = now if urgent else max(job.submit_ts + budget, now + boot)

@@ -72,3 +72,45 @@ def test_a_job_larger_than_on_prem_is_not_kept_waiting() -> None:
     # 16 GPUs never fit on 8 on-prem GPUs: nothing to wait for
     (up,) = _plan(pending("a", 16, None)).scale_ups
     assert up.job_ids == ("a",)
+
+
+def _worst_case_policy(ratio: float | None):
+    wait = {"runtime_factor": 0.5, "per_gpu_s": 600, "cap_s": 86400}
+    if ratio is not None:
+        wait["limit_worst_case_ratio"] = ratio
+    return policy(waiting={"default": wait})
+
+
+def _plan_with(pol, *jobs):
+    snap = ClusterSnapshot(taken_ts=T0, jobs=(*BUSY, *jobs), nodes=onprem_nodes(2, 4, alloc=4))
+    return plan(snap, pol, catalog(), Backoff(), T0)
+
+
+def test_the_time_limit_is_the_worst_case_of_a_short_learned_guess() -> None:
+    """A 4-GPU job its group's history says runs 50 s (no spread), under a 30-day limit.
+    Off (the default): budget 0.5 x 4 x 50 = 100 s, far below the 3,600 s wait: it bursts at
+    once. On with ratio 10: the limit is 51,840x the guess, so the budget is taken at the
+    limit, 0.5 x 4 x 2,592,000 s clamped to cap_s 86,400 s: the 3,600 s wait is within it."""
+    job = pending("a", 4, 50, runtime_source="group", runtime_spread_s=0.0,
+                  time_limit_s=30 * 86400.0)  # fmt: skip
+    (up,) = _plan_with(_worst_case_policy(None), job).scale_ups
+    assert up.job_ids == ("a",) and up.decision.wait_budget_s == 100
+    p = _plan_with(_worst_case_policy(10), job)
+    assert not p.scale_ups
+    assert p.predicted_start_ts["a"] == T0 + 3600
+
+
+def test_the_limit_is_no_worst_case_for_trusted_runtimes_or_near_guesses() -> None:
+    pol = _worst_case_policy(10)
+    # an estimate given as is: trusted (budget 0.5 x 4 x 50 s): bursts
+    given = pending("a", 4, 50, time_limit_s=30 * 86400.0)
+    assert _plan_with(pol, given).scale_ups
+    # a learned guess of 1,000 s under a 9,000 s limit (9x < 10x): its own budget, 2,000 s
+    near = pending("b", 4, 1000, runtime_source="group", runtime_spread_s=0.0,
+                   time_limit_s=9000.0)  # fmt: skip
+    (up,) = _plan_with(pol, near).scale_ups
+    assert up.decision.wait_budget_s == 2000
+    # at 10x, 10,000 s: the budget at the limit, 0.5 x 4 x 10,000 = 20,000 s: it waits
+    far = pending("c", 4, 1000, runtime_source="group", runtime_spread_s=0.0,
+                  time_limit_s=10000.0)  # fmt: skip
+    assert not _plan_with(pol, far).scale_ups
