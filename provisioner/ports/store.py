@@ -95,9 +95,8 @@ EXPORT_COLUMNS = (
 )
 
 
-# The text columns a ledger page may filter on by equality.
-FILTER_COLUMNS = (
-    "day",
+# The ledger's report dimensions: what the rollups keep and the covering window index holds.
+LEDGER_DIMENSIONS = (
     "kind",
     "team",
     "account",
@@ -106,10 +105,9 @@ FILTER_COLUMNS = (
     "cloud",
     "region",
     "pool",
-    "node_name",
-    "instance_id",
-    "job_id",
 )
+# The text columns a ledger page may filter on by equality.
+FILTER_COLUMNS = ("day", *LEDGER_DIMENSIONS, "node_name", "instance_id", "job_id")
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from provisioner.domain.records import (
 from provisioner.ports.store import (
     EXPORT_COLUMNS,
     FILTER_COLUMNS,
+    LEDGER_DIMENSIONS,
     ConcurrentUpdate,
     Ledger,
     LedgerFilter,
@@ -35,7 +36,6 @@ from provisioner.ports.store import (
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import (
     GRAINS,
-    LEDGER_DIMENSIONS,
     InstanceRow,
     JobUsageRow,
     LedgerRow,

@@ -34,6 +34,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from provisioner.ports.store import LEDGER_DIMENSIONS
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -245,18 +247,6 @@ class JobUsageRow(Base):
     user: Mapped[str] = mapped_column(String(128), default="")
     # On-prem accounting watermark (cloud usage is billed through its instance).
     billed_until_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
-
-
-LEDGER_DIMENSIONS = (
-    "kind",
-    "team",
-    "account",
-    "user",
-    "partition",
-    "cloud",
-    "region",
-    "pool",
-)
 
 
 class LedgerRow(Base):

@@ -21,6 +21,7 @@ from provisioner.domain.records import (
 from provisioner.ports.store import (
     EXPORT_COLUMNS,
     FILTER_COLUMNS,
+    LEDGER_DIMENSIONS,
     ConcurrentUpdate,
     Ledger,
     LedgerFilter,
@@ -29,7 +30,6 @@ from provisioner.ports.store import (
     StoreError,
 )
 from provisioner.store.ledger import MAX_ENTRY_MICROS
-from provisioner.store.models import LEDGER_DIMENSIONS
 
 # The keys `grouped_costs` groups by: the SQL store's rollup columns, and the node (which only
 # the ledger itself holds).
