@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Literal
 
@@ -68,6 +69,10 @@ class WaitPolicy(Strict):
     # a 30-day limit then waits like a long job before it bursts, instead of bursting at once
     # and running for weeks in the cloud (docs/simulator.md, "The time limit as a worst case").
     limit_worst_case_ratio: float | None = Field(default=None, gt=1)
+    # An unsure guess (off unless set): a runtime learned from history whose spread is at
+    # least this many times the guess waits at least the no-estimate budget, per_gpu_s * GPUs.
+    # A group whose last jobs disagree says little about its next one (docs/simulator.md).
+    learned_floor_spread_ratio: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _floor_below_cap(self) -> WaitPolicy:
@@ -98,6 +103,39 @@ class WaitPolicy(Strict):
         if ratio is None or not learned or expected_s is None or limit_s is None:
             return False
         return limit_s >= ratio * max(expected_s, 1.0)
+
+    def learned_is_unsure(
+        self, expected_s: float | None, spread_s: float | None, learned: bool
+    ) -> bool:
+        """Whether a learned guess spreads so widely that it gets the no-estimate budget."""
+        ratio = self.learned_floor_spread_ratio
+        if ratio is None or not learned or expected_s is None or spread_s is None:
+            return False
+        return spread_s >= ratio * max(expected_s, 1.0)
+
+    def job_budget_s(
+        self,
+        gpus: int,
+        expected_s: float | None,
+        cheapest_usd: float | None,
+        *,
+        learned: bool = False,
+        spread_s: float | None = None,
+        limit_s: float | None = None,
+        cost_at: Callable[[float], float | None] | None = None,
+    ) -> float:
+        """A job's whole waiting budget: `budget_s` for its runtime, raised to the budget at
+        its time limit (`limit_worst_case_ratio`) or to the no-estimate budget
+        (`learned_floor_spread_ratio`) when its runtime is a guess those rules distrust.
+        `cost_at(seconds)`: the expected cost of its cheapest offer over that runtime. The
+        planner and the simulator both ask this, so they agree on every budget."""
+        budget = self.budget_s(gpus, expected_s, cheapest_usd)
+        if limit_s is not None and self.limit_is_worst_case(expected_s, limit_s, learned):
+            worst = cost_at(limit_s) if cost_at is not None else None
+            budget = max(budget, self.budget_s(gpus, limit_s, worst))
+        if self.learned_is_unsure(expected_s, spread_s, learned):
+            budget = max(budget, self.budget_s(gpus, None))
+        return budget
 
 
 class WaitingPolicies(Strict):

@@ -153,11 +153,15 @@ def _when_not_at_once(
     urgent = wp.urgent
     ranked = p.ranked(job, model, jc.spot_ok, runtime)
     cheapest = ranked[0].expected_cost(runtime, p.policy.spot) if ranked else None
-    budget = wp.budget_s(job.gpus, est, cheapest)
-    limit = job.time_limit_s
-    if limit is not None and wp.limit_is_worst_case(est, limit, bool(job.runtime_source)):
-        worst = ranked[0].expected_cost(limit, p.policy.spot) if ranked else None
-        budget = max(budget, wp.budget_s(job.gpus, limit, worst))
+    budget = wp.job_budget_s(
+        job.gpus,
+        est,
+        cheapest,
+        learned=bool(job.runtime_source),
+        spread_s=job.runtime_spread_s,
+        limit_s=job.time_limit_s,
+        cost_at=lambda s: ranked[0].expected_cost(s, p.policy.spot) if ranked else None,
+    )
     boot = ranked[0].boot_s if ranked else INF
     # Only a start by the budget (or before a cloud node could boot) matters.
     latest = now if urgent else max(job.submit_ts + budget, now + boot)

@@ -442,7 +442,9 @@ class Simulation:
         """What the planner knows of job i's runtime: exact, learned, or nothing."""
         job = self.jobs[i]
         if self.s.estimate == "exact":
-            return (job.duration_s, "", None)
+            exact = (job.duration_s, "", None)
+            self._told[i] = exact
+            return exact
         limit = self.limits[i] if self.limits is not None else None
         if self.history is None:
             told_limit = None if limit is None else (limit, "limit", None)
@@ -489,8 +491,8 @@ class Simulation:
         elif self.kind == "fixed-wait":
             limit = self.fixed_wait
         else:  # budget-timeout: the default budget, but waiting it out instead of predicting
-            told = self._tell(i)
-            limit = self._budget(job, told[0] if told is not None else None)
+            self._tell(i)
+            limit = self._told_budget(i)
         if place is not None and place.start_ts - now <= limit:
             self._onprem(i, job, place)
             return
@@ -594,8 +596,7 @@ class Simulation:
         now = job.submit_s
         place = self.true.earliest(job.gpus, now, job.duration_s)
         assert place is not None
-        t = self._told[i]
-        deadline = job.submit_s + share * self._budget(job, t[0] if t is not None else None)
+        deadline = job.submit_s + share * self._told_budget(i)
         if place.start_ts <= deadline:
             self._onprem(i, job, place)
             self._watch(vplace, vend, place.start_ts + job.duration_s)
@@ -611,6 +612,24 @@ class Simulation:
         ranked = self._ranked(job.gpus, wp.spot_allowed, runtime)
         cheapest = ranked[0].expected_cost(runtime, self.policy.spot) if ranked else None
         return wp.budget_s(job.gpus, known_runtime, cheapest)
+
+    def _told_budget(self, i: int) -> float:
+        """Job i's waiting budget from what the planner was told of it, with the planner's
+        own rules for guesses it distrusts (WaitPolicy.job_budget_s)."""
+        job, t, wp = self.jobs[i], self._told[i], self._wp
+        known = t[0] if t is not None else None
+        runtime = known if known is not None else self._fallback_rt
+        ranked = self._ranked(job.gpus, wp.spot_allowed, runtime)
+        spot = self.policy.spot
+        return wp.job_budget_s(
+            job.gpus,
+            known,
+            ranked[0].expected_cost(runtime, spot) if ranked else None,
+            learned=t is not None and bool(t[1]),
+            spread_s=t[2] if t is not None else None,
+            limit_s=self.limits[i] if self.limits is not None else None,
+            cost_at=lambda s: ranked[0].expected_cost(s, spot) if ranked else None,
+        )
 
     def _best_now(self, job: TraceJob) -> Candidate:
         return self._ranked(job.gpus, self._wp.spot_allowed, self._fallback_rt)[0]

@@ -114,3 +114,31 @@ def test_the_limit_is_no_worst_case_for_trusted_runtimes_or_near_guesses() -> No
     far = pending("c", 4, 1000, runtime_source="group", runtime_spread_s=0.0,
                   time_limit_s=10000.0)  # fmt: skip
     assert not _plan_with(pol, far).scale_ups
+
+
+def _floor_policy(ratio: float | None):
+    wait = {"runtime_factor": 0.5, "per_gpu_s": 1000}
+    if ratio is not None:
+        wait["learned_floor_spread_ratio"] = ratio
+    return policy(waiting={"default": wait})
+
+
+def test_an_unsure_learned_guess_waits_at_least_the_no_estimate_budget() -> None:
+    """A 4-GPU job its group says runs 50 s, spread 415 s, 200 s after submit. Off: budget
+    0.5 x 4 x 50 = 100 s; it has waited its share (0.5 x 100 s) and the first node frees
+    3,800 s after its submit: it bursts. With ratio 4 (415 >= 4 x 50) its budget is the
+    no-estimate one, 1,000 x 4 = 4,000 s, and the 3,800 s start is within it: it waits.
+    With ratio 10 (415 < 500) the guess is trusted as before."""
+    job = pending("a", 4, 50, runtime_source="group", runtime_spread_s=415.0,
+                  submit=T0 - 200)  # fmt: skip
+    (up,) = _plan_with(_floor_policy(None), job).scale_ups
+    assert up.decision.wait_budget_s == 100
+    p = _plan_with(_floor_policy(4), job)
+    assert not p.scale_ups
+    assert p.predicted_start_ts["a"] == T0 + 3600
+    (up,) = _plan_with(_floor_policy(10), job).scale_ups
+    assert up.decision.wait_budget_s == 100
+    # an estimate given as is has no spread to distrust: its own budget
+    given = pending("b", 4, 50, submit=T0 - 200)
+    (up,) = _plan_with(_floor_policy(4), given).scale_ups
+    assert up.decision.wait_budget_s == 100
