@@ -19,7 +19,10 @@ def register(app: typer.Typer) -> None:
         gpus_per_node: Annotated[int, typer.Option(help="GPUs per on-prem node.")] = 8,
         policy: Annotated[
             list[str] | None,
-            typer.Option(help="default | never | immediate | fixed-wait:SECONDS | starburst"),
+            typer.Option(
+                help="default | never | immediate | budget-timeout | fixed-wait:SECONDS | "
+                "adaptive (chosen from the past as the trace replays; repeatable)"
+            ),
         ] = None,
         catalog: Annotated[Path | None, typer.Option(help="Offer catalog CSV.")] = None,
         price_per_gpu_hour: Annotated[

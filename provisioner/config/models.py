@@ -380,6 +380,19 @@ class NodeBootstrap(Strict):
     agent_interval_s: float = Field(default=15.0, ge=1, le=3600)  # between its samples
 
 
+class Selection(Strict):
+    """Choosing the waiting policy from the site's own past (plan/selection.py): every
+    `interval_s` the portfolio is replayed over the last `window_s`, and the cheapest candidate
+    whose average JCT is within `jct_bound` times `immediate`'s is adopted, once it has been the
+    choice, `margin` cheaper than the policy in force, on `confirm_rounds` rounds in a row."""
+
+    interval_s: float = Field(default=86_400.0, gt=0)
+    window_s: float = Field(default=604_800.0, gt=0)
+    jct_bound: float = Field(default=1.10, ge=1)
+    margin: float = Field(default=0.05, ge=0, lt=1)
+    confirm_rounds: int = Field(default=2, ge=1)
+
+
 class Policy(Strict):
     controller: str = Field(default="burst-ctl", pattern=r"^[a-z][a-z0-9-]{1,40}$")
     onprem: OnPrem = OnPrem()
@@ -393,6 +406,7 @@ class Policy(Strict):
     telemetry: Telemetry = Telemetry()
     jobs: JobsHistory = JobsHistory()
     node: NodeBootstrap = NodeBootstrap()
+    selection: Selection = Selection()
 
     @field_validator("pools")
     @classmethod

@@ -193,6 +193,10 @@ class _Cloud:
         self.cost = Decimal(0)
         self.gpu_seconds = 0.0
         self.spans: list[tuple[float, float, int]] = []  # (start, end, GPUs) of each node group
+        self.span_usd_s: list[float] = []  # each span's dollars per second
+        # the submit time of the job whose decision bought each span (never decreasing)
+        self.span_asked: list[float] = []
+        self.asking = 0.0  # the submit time of the job being decided now
         self.rng = random.Random(risk_seed)
         self.interruptions = interruptions
         self.spot = policy.spot
@@ -203,6 +207,8 @@ class _Cloud:
         self.cost += cand.usd_hr * Decimal(repr(round(secs, 3))) / _HOUR
         self.gpu_seconds += cand.gpus_per_node * cand.nodes * secs
         self.spans.append((start, start + secs, cand.gpus_per_node * cand.nodes))
+        self.span_usd_s.append(float(cand.usd_hr) / 3600.0)
+        self.span_asked.append(self.asking)
 
     def run(
         self,
@@ -292,6 +298,9 @@ class Simulation:
         self._ahead: dict[int, tuple[float, float, float]] = {}
         self.regret_usd = self.regret_budget_usd = 0.0
         self.regret_jobs = self.regret_budget_jobs = 0
+        # True once adopt() has run: decisions may change kind, so every kind keeps the view.
+        self.switching = False
+        self._submits: list[float] | None = None
         self._check_runnable()
 
     def _check_runnable(self) -> None:
@@ -370,6 +379,7 @@ class Simulation:
         """Run jobs in the cloud from `at`. `onprem_start`: when on-prem would have started
         the (single) job, if known; else it is looked up for the regret figures."""
         ready = at + cand.boot_s
+        self.cloud.asking = self.jobs[idxs[0]].submit_s
         for i in idxs:
             self._regret(i, cand, ready, onprem_start)
         durations = [self.jobs[i].duration_s for i in idxs]
@@ -495,6 +505,8 @@ class Simulation:
             limit = self._told_budget(i)
         if place is not None and place.start_ts - now <= limit:
             self._onprem(i, job, place)
+            if self.switching and self.view is not self.true:
+                self._on_view(i, job, place)
             return
         if limit > 0:
             self.timeouts += 1
@@ -574,6 +586,17 @@ class Simulation:
             view.commit(vplace, vend)
             self._kept_blind(i, vplace, vend, hedged.get(i, 1.0))
 
+    def _on_view(self, i: int, job: TraceJob, place: Placement) -> None:
+        """A job placed without the planner, on the planner's blind view too (with the runtime
+        it was told), so that a later switch to the planner sees it."""
+        t = self._told[i]
+        runtime = t[0] if t is not None else self._fallback_rt
+        vplace = self.view.earliest(job.gpus, job.submit_s, runtime)
+        assert vplace is not None
+        vend = vplace.start_ts + runtime
+        self.view.commit(vplace, vend)
+        self._watch(vplace, vend, place.start_ts + job.duration_s)
+
     def _job(self, i: int, told: tuple[float, str, float | None] | None) -> Job:
         tj = self.jobs[i]
         return Job(
@@ -650,38 +673,80 @@ class Simulation:
 
     # ---- run -------------------------------------------------------------------------------
 
+    def step(self, i: int) -> int:
+        """Decide the jobs that arrive at jobs[i]'s submit time; return the index after them."""
+        jobs = self.jobs
+        n = len(jobs)
+        now = jobs[i].submit_s
+        j = i
+        while j < n and jobs[j].submit_s == now:
+            j += 1
+        if self.history is not None:
+            self._learn(now)
+        if self.events and (self.kind == "default" or self.switching):
+            self._drain_events(now, self._fallback_rt)
+        if self.kind == "default":
+            self._planned(range(i, j), now)
+        else:
+            for k in range(i, j):
+                self._baseline(k, jobs[k])
+        if now - self._trimmed > 3600.0:
+            self.true.forget_before(now)
+            if self.view is not self.true:
+                self.view.forget_before(now)
+            self._trimmed = now
+        return j
+
     def run(self, tick: Callable[[int], None] | None = None) -> SimResult:
         import time
 
         t0 = time.perf_counter()
-        jobs = self.jobs
-        n = len(jobs)
+        n = len(self.jobs)
         i = 0
         while i < n:
-            now = jobs[i].submit_s
-            j = i
-            while j < n and jobs[j].submit_s == now:
-                j += 1
-            if self.history is not None:
-                self._learn(now)
-            if self.kind == "default":
-                if self.events:
-                    self._drain_events(now, self._fallback_rt)
-                self._planned(range(i, j), now)
-            else:
-                for k in range(i, j):
-                    self._baseline(k, jobs[k])
+            j = self.step(i)
             if tick is not None:
                 tick(j - i)
-            if now - self._trimmed > 3600.0:
-                self.true.forget_before(now)
-                if self.view is not self.true:
-                    self.view.forget_before(now)
-                self._trimmed = now
             i = j
-        return self._result(time.perf_counter() - t0)
+        return self.result(time.perf_counter() - t0)
 
-    def _result(self, wall: float) -> SimResult:
+    # ---- policy selection (simulate/adaptive.py) ------------------------------------------
+
+    def adopt(self, policy: Policy, kind: str) -> None:
+        """From the next arrival on, decide as `kind` under `policy` (its pools are the sim's).
+        Jobs already decided keep their outcome; the blind view, the runtime history and both
+        clusters carry over."""
+        self.switching = True
+        self.policy = policy.model_copy(update={"pools": self.policy.pools})
+        self.kind = kind
+        self._ranks = RankCache(self.catalog, self.policy)
+        self._rank_memo.clear()
+        self._cand_memo.clear()
+        self._wp = self.policy.waiting.for_job("onprem", "")
+        self._fallback_rt = self._wp.default_runtime_s or self.policy.onprem.fallback_runtime_s
+
+    def window_score(self, since: float, now: float) -> tuple[float, float, int]:
+        """(cloud dollars, average JCT, jobs) of the jobs submitted in [since, now), as known at
+        `now`: the dollars their decisions were billed by then, and each JCT cut at `now` (a
+        job still waiting or running counts the time it has spent so far)."""
+        from bisect import bisect_left
+
+        if self._submits is None:
+            self._submits = [j.submit_s for j in self.jobs]
+        subs = self._submits
+        a, b = bisect_left(subs, since), bisect_left(subs, now)
+        jct, n = self.jct, b - a
+        avg = sum(min(jct[k], now - subs[k]) for k in range(a, b)) / n if n else 0.0
+        c = self.cloud
+        lo, hi = bisect_left(c.span_asked, since), bisect_left(c.span_asked, now)
+        usd = 0.0
+        for k in range(lo, hi):
+            start, end, _ = c.spans[k]
+            if start < now:
+                usd += c.span_usd_s[k] * (min(end, now) - start)
+        return usd, avg, n
+
+    def result(self, wall: float) -> SimResult:
         jobs = self.jobs
         n = len(jobs)
         waits = sorted(self.wait)

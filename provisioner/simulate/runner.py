@@ -8,6 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from provisioner.domain.errors import InputError
+from provisioner.simulate.adaptive import AdaptiveResult
 from provisioner.simulate.engine import SimResult, SimSettings, _parse_policy, flat_catalog
 
 
@@ -31,6 +32,7 @@ class SimulationRequest:
 
 
 ESTIMATES = ("exact", "none", "history", "limits", "history+limits")
+ADAPTIVE = "adaptive"
 
 
 def _check(req: SimulationRequest) -> None:
@@ -47,6 +49,8 @@ def _check(req: SimulationRequest) -> None:
     if req.price_per_gpu_hour is not None and req.price_per_gpu_hour <= 0:
         raise InputError("--price-per-gpu-hour: must be > 0")
     for p in req.policies:
+        if p == ADAPTIVE:
+            continue
         try:
             _parse_policy(p)
         except ValueError as exc:
@@ -59,6 +63,7 @@ def run_simulations(req: SimulationRequest) -> list[SimResult]:
 
     from provisioner.config import load_policy
     from provisioner.plan.catalog import load_catalog
+    from provisioner.simulate.adaptive import simulate_adaptive
     from provisioner.simulate.engine import simulate
     from provisioner.simulate.trace import load_trace
 
@@ -88,6 +93,7 @@ def run_simulations(req: SimulationRequest) -> list[SimResult]:
     )
     console = Console(stderr=True)
     results: list[SimResult] = []
+    adaptive: AdaptiveResult | None = None
     for name in req.policies:
         with Progress(
             TextColumn(f"[bold]{name:>16}"),
@@ -99,20 +105,24 @@ def run_simulations(req: SimulationRequest) -> list[SimResult]:
             transient=True,
         ) as bar:
             task = bar.add_task(name, total=len(jobs))
-            results.append(
-                simulate(
-                    jobs,
-                    settings,
-                    policy,
-                    catalog,
-                    name,
-                    tick=lambda k, t=task: bar.advance(t, k),  # type: ignore[misc]
-                )
-            )
+            tick = lambda k, t=task: bar.advance(t, k)  # type: ignore[misc]  # noqa: E731
+            if name == ADAPTIVE:
+                adaptive = simulate_adaptive(jobs, settings, policy, catalog, tick=tick)
+                results.append(adaptive.result)
+            else:
+                results.append(simulate(jobs, settings, policy, catalog, name, tick=tick))
     print_table(results, req, catalog.source, len(jobs))
+    if adaptive is not None:
+        print_adaptive(adaptive, policy.selection.jct_bound)
     if req.json_out is not None:
         req.json_out.parent.mkdir(parents=True, exist_ok=True)
-        req.json_out.write_text(json.dumps([r.to_dict() for r in results], indent=2) + "\n")
+        out = [
+            adaptive.to_dict(policy.selection.jct_bound)
+            if adaptive is not None and r is adaptive.result
+            else r.to_dict()
+            for r in results
+        ]
+        req.json_out.write_text(json.dumps(out, indent=2) + "\n")
     if req.plot is not None:
         from provisioner.simulate.plot import plot_results
 
@@ -161,3 +171,25 @@ def print_table(results: list[SimResult], req: SimulationRequest, source: str, n
             f"{r.wall_s:.1f}",
         )
     Console(width=max(150, Console().width)).print(t)
+
+
+def print_adaptive(a: AdaptiveResult, jct_bound: float) -> None:
+    """The adaptive run's switches, and its regret against the best fixed candidate."""
+    from rich.console import Console
+
+    con = Console(width=max(150, Console().width))
+    best = a.best_fixed(jct_bound)
+    regret = a.result.cloud_cost_usd - best.cloud_cost_usd
+    con.print(
+        f"adaptive: {len(a.choices)} rounds, {sum(c.switched for c in a.choices)} switches; "
+        f"best fixed candidate in hindsight (JCT within {jct_bound:g}x immediate's "
+        f"{a.immediate.avg_jct_s:,.0f} s): {best.policy} ${best.cloud_cost_usd:,.0f}, "
+        f"JCT {best.avg_jct_s:,.0f} s; adaptive ${a.result.cloud_cost_usd:,.0f}, "
+        f"JCT {a.result.avg_jct_s:,.0f} s; regret ${regret:,.0f} "
+        f"({float(regret / best.cloud_cost_usd) if best.cloud_cost_usd else 0.0:+.1%})"
+    )
+    for r in a.candidates:
+        con.print(f"  candidate {r.policy:>16}: ${r.cloud_cost_usd:,.0f}, JCT {r.avg_jct_s:,.0f} s")
+    for c in a.choices:
+        if c.switched:
+            con.print(f"  day {(c.at - a.origin) / 86400:.1f}: {c.why}")

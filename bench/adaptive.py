@@ -1,0 +1,128 @@
+"""`adaptive` on the bundled Philly trace, published model ($4.10/GPU-h, boot 0): its dollars
+and JCT against every fixed candidate of the portfolio replayed beside it, the best of them in
+hindsight (JCT within the policy's bound of immediate's), `immediate`, and Starburst's
+no-estimate figures.
+
+Rows: 256, 384, 512 and 768 on-prem GPUs, with --estimate none, history, limits and
+history+limits (limits from the published model, seed 7), over --seeds seeds (seed 0: the trace
+as is; others: arrivals jittered by up to 1 ms, as bench/robustness.py does).
+
+Targets (issue 31): adaptive <= the best fixed candidate + 5% and <= immediate, on every row;
+history: <= 1.0x Starburst's no-estimate dollars at 768 and <= 0.90x at 384 and 512;
+history+limits: <= 0.80x at 384 and 512 with a JCT no higher than Starburst's.
+Last line: one JSON object, one record per row and seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from robustness import STARBURST, jittered  # noqa: E402
+
+from provisioner.config import load_policy  # noqa: E402
+from provisioner.simulate.adaptive import simulate_adaptive  # noqa: E402
+from provisioner.simulate.engine import SimSettings, flat_catalog  # noqa: E402
+from provisioner.simulate.trace import load_trace  # noqa: E402
+
+GPUS = (256, 384, 512, 768)
+ESTIMATES = ("none", "history", "limits", "history+limits")
+# x Starburst's no-estimate dollars; (target, JCT no higher than Starburst's too)
+TARGETS = {
+    ("history", 768): (1.00, False),
+    ("history", 384): (0.90, False),
+    ("history", 512): (0.90, False),
+    ("history+limits", 384): (0.80, True),
+    ("history+limits", 512): (0.80, True),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--gpus", type=int, nargs="*", default=list(GPUS))
+    ap.add_argument("--estimate", nargs="*", default=list(ESTIMATES))
+    args = ap.parse_args()
+    policy = load_policy(ROOT / "policies")
+    base = load_trace(ROOT / "data/traces/philly_2017-10-02_4w.csv.gz")
+    catalog = flat_catalog(Decimal("4.10"), policy.onprem.gpu_model, sorted({j.gpus for j in base}))
+    bound = policy.selection.jct_bound
+    records: list[dict[str, object]] = []
+    print(
+        "| estimate | GPUs | seed | adaptive $ / JCT | best fixed in hindsight | immediate $ / JCT "
+        "| regret vs best | x Starburst none | switches | target | wall s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for est in args.estimate:
+        for gpus in args.gpus:
+            for seed in range(args.seeds):
+                jobs = jittered(base, seed)
+                settings = SimSettings(gpus, 8, boot_s=0.0, estimate=est, billing_min_s=0.0)  # type: ignore[arg-type]
+                t0 = time.perf_counter()
+                a = simulate_adaptive(jobs, settings, policy, catalog)
+                wall = time.perf_counter() - t0
+                best = a.best_fixed(bound)
+                usd = float(a.result.cloud_cost_usd)
+                best_usd = float(best.cloud_cost_usd)
+                imm_usd = float(a.immediate.cloud_cost_usd)
+                sb_usd, sb_jct = STARBURST[gpus]["none"]
+                x_sb = usd / sb_usd
+                regret = usd / best_usd - 1 if best_usd else 0.0
+                met = ["best+5%" if regret <= 0.05 else "best+5% missed"]
+                met.append("<= imm" if usd <= imm_usd else "<= imm missed")
+                tgt = TARGETS.get((est, gpus))
+                if tgt is not None:
+                    ok = x_sb <= tgt[0] and (not tgt[1] or a.result.avg_jct_s <= sb_jct)
+                    met.append(f"{tgt[0]:.2f}x SB {'met' if ok else 'missed'}")
+                switches = sum(c.switched for c in a.choices)
+                print(
+                    f"| {est} | {gpus} | {seed} | ${usd / 1e3:,.1f}k / {a.result.avg_jct_s:,.0f} "
+                    f"| {best.policy} ${best_usd / 1e3:,.1f}k / {best.avg_jct_s:,.0f} "
+                    f"| ${imm_usd / 1e3:,.1f}k / {a.immediate.avg_jct_s:,.0f} | {regret:+.1%} "
+                    f"| {x_sb:.3f} | {switches} | {'; '.join(met)} | {wall:.0f} |",
+                    flush=True,
+                )
+                records.append(
+                    {
+                        "estimate": est,
+                        "onprem_gpus": gpus,
+                        "seed": seed,
+                        "adaptive_usd": round(usd),
+                        "adaptive_jct_s": round(a.result.avg_jct_s),
+                        "best_fixed": best.policy,
+                        "best_fixed_usd": round(best_usd),
+                        "best_fixed_jct_s": round(best.avg_jct_s),
+                        "immediate_usd": round(imm_usd),
+                        "immediate_jct_s": round(a.immediate.avg_jct_s),
+                        "regret_vs_best": round(regret, 4),
+                        "x_starburst_none": round(x_sb, 3),
+                        "switches": switches,
+                        "chosen": [c.chosen for c in a.choices if c.switched],
+                        "candidates": {
+                            r.policy: [round(float(r.cloud_cost_usd)), round(r.avg_jct_s)]
+                            for r in a.candidates
+                        },
+                        "wall_s": round(wall, 1),
+                    }
+                )
+    means = {}
+    for est in args.estimate:
+        for gpus in args.gpus:
+            rows = [r for r in records if r["estimate"] == est and r["onprem_gpus"] == gpus]
+            xs = [float(r["x_starburst_none"]) for r in rows]  # type: ignore[arg-type]
+            means[f"{est}/{gpus}"] = {"x_starburst_mean": round(statistics.mean(xs), 3),
+                                      "x_starburst_worst": max(xs)}  # fmt: skip
+    print(json.dumps({"rows": records, "means": means}))
+
+
+if __name__ == "__main__":
+    main()
