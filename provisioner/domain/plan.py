@@ -40,6 +40,8 @@ class ReasonCode(StrEnum):
     SPOT_WARNING = "spot_warning"
     # an alert: the cloud denied a permission; the pool takes no new nodes until undrained
     POOL_PAUSED = "pool_paused"
+    # a round of choosing the waiting policy from the site's own past: kept or switched, why
+    POLICY_SELECTION = "policy_selection"
 
 
 class Rejection(StrEnum):

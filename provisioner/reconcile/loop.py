@@ -45,6 +45,7 @@ from provisioner.act.terminate import TerminateStep
 from provisioner.clock import ClockMark, SteadyClock
 from provisioner.domain.instances import DEFAULT_STATE_TIMEOUTS_S, InstanceState, join_lease_s
 from provisioner.domain.intents import IntentKind
+from provisioner.domain.nodes import NodeKind
 from provisioner.domain.plan import Decision, Plan, ReasonCode
 from provisioner.domain.records import OperatorState, StoredInstance
 from provisioner.domain.snapshot import ClusterSnapshot
@@ -74,6 +75,7 @@ from provisioner.reconcile.launch_follow import follow_launches
 from provisioner.reconcile.leadership import Leadership
 from provisioner.reconcile.listing_memory import ListingMemory
 from provisioner.reconcile.outcomes import error_code, rebuild_backoff
+from provisioner.reconcile.policy_selection import PolicySelector
 from provisioner.reconcile.recovery import recover_intents
 from provisioner.reconcile.runtime_learning import RuntimeLearner
 from provisioner.reconcile.snapshot_view import EffectivePolicy, enrich, list_owned, observe
@@ -137,6 +139,9 @@ class Reconciler:
         self.runtimes = RuntimeLearner(self.store)  # learned runtimes, kept in the store
         self._seen: dict[str, tuple[str, ...]] = {}
         self.effective_policy = EffectivePolicy(self.store, self.policy)
+        # the waiting policy chosen from the site's own past, replayed off the loop
+        self.selector = PolicySelector(self.store, self.policy, self.catalog, self.ctx.now())
+        self.effective_policy.adopt(self.selector.policy)
         self.lock = threading.Lock()
         self.passes = 0
         self.last_snapshot: ClusterSnapshot | None = None
@@ -249,6 +254,7 @@ class Reconciler:
             # terminated member: read the listing again so the plan's budgets count it.
             listing = list_owned(self.deps.clouds, self.controller, PassReport(now_ts=now))
         view = enrich(self.ctx, snap, now, listing)
+        self._select_policy(view, now)
         policy = self.effective_policy.current()
         annotated = self.runtimes.annotate(view)
         planned = planning_view(annotated, policy)
@@ -358,6 +364,13 @@ class Reconciler:
         if hold != held_before:
             self.store.set_sweep_hold(hold, now)
 
+    def _select_policy(self, view: ClusterSnapshot, now: float) -> None:
+        """Start or take a round of policy selection (never waits), and plan with its choice."""
+        onprem = [n for n in view.nodes if n.kind is NodeKind.ONPREM]
+        per_node = max([n.gpus for n in onprem] or [self.policy.onprem.gpus_per_node])
+        self.selector.tick(now, sum(n.gpus for n in onprem), per_node)
+        self.effective_policy.adopt(self.selector.policy)
+
     # ------------------------------------------------------------------ decisions
 
     def _record_decisions(self, plan: Plan, now: float) -> int:
@@ -404,6 +417,13 @@ class Reconciler:
                 }
             )
         out["failed_passes"] = self.failed_passes
+        sel = self.selector
+        out["waiting_policy"] = {
+            "in_force": sel.in_force,
+            "next_round_ts": sel.next_round,
+            "last_round_ts": sel.last.created_ts if sel.last is not None else None,
+            "why": sel.last.decision.detail.get("why", "") if sel.last is not None else "",
+        }
         out["cloud_clocks"] = [
             {
                 "cloud": e.cloud,

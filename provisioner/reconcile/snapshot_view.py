@@ -219,6 +219,12 @@ class EffectivePolicy:
         self.policy = policy
         self._drained_policy: tuple[frozenset[str], Policy] | None = None
 
+    def adopt(self, policy: Policy) -> None:
+        """Plan with `policy` from now on (the waiting policy chosen from the past)."""
+        if policy is not self.policy:
+            self.policy = policy
+            self._drained_policy = None
+
     def current(self) -> Policy:
         """Drained pools take no new nodes: the planner sees them with max_nodes 0."""
         drained = frozenset(self.store.operator_state().drained_pools)
