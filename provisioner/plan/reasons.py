@@ -35,6 +35,8 @@ REASON_WORDS: dict[str, str] = {
     "until an operator grants it and undrains the pool",
     ReasonCode.SPOT_WARNING: "Spot warning: the cloud takes the VM away; its jobs were "
     "signalled and requeued, and the instance ended inside the warning",
+    ReasonCode.POLICY_SELECTION: "Policy: the waiting policy, chosen from a replay of the "
+    "site's recent past",
 }
 
 

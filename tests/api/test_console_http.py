@@ -625,3 +625,27 @@ def test_a_job_and_an_instance_page_list_the_rows_their_dollars_sum(fresh: Env):
     # the tables link to the pages
     assert 'href="/jobs/555"' in fresh.client.get("/jobs").text
     assert 'href="/instances/i-1"' in fresh.client.get("/instances").text
+
+
+def test_overview_shows_the_waiting_policy_in_force_and_why(db_url):
+    """No round yet: default. After rounds, the newest one's choice, linked to the feed."""
+    from api_helpers import NOW
+
+    from provisioner.domain.plan import Decision, ReasonCode
+    from provisioner.store import Store
+
+    store = Store(db_url)
+    assert 'id="waiting-policy">default<' in overview_as_viewer(store)
+    store = Store(db_url)
+
+    def round_(n: int, chosen: str, why: str) -> Decision:
+        return Decision(f"policy-selection-{n}", ReasonCode.POLICY_SELECTION,
+                        detail={"chosen": chosen, "why": why})  # fmt: skip
+
+    store.record_decisions([round_(1, "default", "kept default")], NOW - 7200)
+    store.record_decisions([round_(2, "per-gpu-2000", "switched default -> per-gpu-2000")], NOW)
+    page = overview_as_viewer(store)
+    tile = page[page.index('id="tile-waiting-policy"') :]
+    assert re.search(r'id="waiting-policy">per-gpu-2000<', tile)
+    assert 'href="/decisions?reason=policy_selection"' in tile
+    assert 'title="switched default -&gt; per-gpu-2000"' in tile

@@ -40,6 +40,7 @@ from provisioner.api.routes.efficiency import efficiency_body
 from provisioner.api.telemetry_views import alerts_dict, policy_of, refusals_dict, waste_dict
 from provisioner.domain.job_records import JOB_STATES
 from provisioner.domain.nodes import NodeKind
+from provisioner.domain.plan import ReasonCode
 from provisioner.domain.telemetry import DEFAULT_MAX_AGE_S
 from provisioner.plan.reasons import kind_of_reason, reason_words
 
@@ -165,7 +166,22 @@ def overview(deps: ApiDeps) -> dict[str, Any]:
     out["operator"] = render.operator_dict(store.operator_state())
     out["pools"] = [render.pool_dict(p) for p in store.pools()]
     out["decisions"] = [decision_row(d) for d in _decisions(deps, limit=8)]
+    out["waiting_policy"] = _waiting_policy(store)
     return out
+
+
+def _waiting_policy(store: Any) -> dict[str, Any]:
+    """The waiting policy in force, chosen from the site's own past: the newest round's."""
+    newest = store.decisions(reason=ReasonCode.POLICY_SELECTION.value, limit=1)
+    if not newest:
+        return {"in_force": "default", "at": None, "why": "", "decision_id": ""}
+    d = newest[0]
+    return {
+        "in_force": d.decision.detail.get("chosen", "default"),
+        "at": render.iso(d.created_ts),
+        "why": d.decision.detail.get("why", ""),
+        "decision_id": d.decision.decision_id,
+    }
 
 
 _EFFICIENCY_TTL_S = 60.0
