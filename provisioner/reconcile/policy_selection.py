@@ -52,17 +52,18 @@ class PolicySelector:
         self.rule = base.selection
         self.state = SelectionState("default")
         self.last: StoredDecision | None = None
-        self._recover()
-        start = self.last.created_ts if self.last is not None else now
-        self.next_round = start + self.rule.interval_s
-        self.policy = self._policy_of(self.state.incumbent)
+        self.next_round = now + self.rule.interval_s
+        self.policy = base
         self._running: Future[WindowReplay] | None = None
         self._pool: ProcessPoolExecutor | None = None
+        self._follow_feed()
 
-    def _recover(self) -> None:
-        """The policy in force, and a challenger's streak, from the newest round on the feed."""
+    def _follow_feed(self) -> None:
+        """The policy in force, and a challenger's streak, from the newest round on the feed,
+        when it is newer than the last this process knew: at start, and when another
+        controller (the leader before a failover) ran one."""
         newest = self.store.decisions(reason=ReasonCode.POLICY_SELECTION.value, limit=1)
-        if not newest:
+        if not newest or (self.last is not None and newest[0].created_ts <= self.last.created_ts):
             return
         self.last = newest[0]
         d = newest[0].decision
@@ -71,6 +72,8 @@ class PolicySelector:
             challenger=d.detail.get("challenger", ""),
             streak=int(d.detail.get("streak", "0") or 0),
         )
+        self.policy = self._policy_of(self.state.incumbent)
+        self.next_round = self.last.created_ts + self.rule.interval_s
 
     def _policy_of(self, name: str) -> Policy:
         try:
@@ -97,6 +100,7 @@ class PolicySelector:
                 log.warning("policy selection: the replay failed: %s: %s", type(exc).__name__, exc)
                 return None
             return self._adopt(replay)
+        self._follow_feed()
         if now < self.next_round or onprem_gpus <= 0:
             return None
         since = now - self.rule.window_s

@@ -120,6 +120,26 @@ def test_the_policy_in_force_survives_a_restart() -> None:
     assert sel.next_round == NOW - 600 + 3600  # an interval after the last round
 
 
+def test_a_standby_follows_the_rounds_the_leader_logs() -> None:
+    store = Store()
+    standby = _selector(store)  # started before any round
+    assert standby.in_force == "default"
+    store.record_decisions(
+        [
+            Decision(
+                "policy-selection-2",
+                ReasonCode.POLICY_SELECTION,
+                detail={"chosen": "unsure-floor-4x", "challenger": "", "streak": "0"},
+            )
+        ],
+        NOW - 60,
+    )
+    assert standby.tick(NOW - 30, 8, 8) is None  # not due: the leader's round is 30 s old
+    assert standby.in_force == "unsure-floor-4x"
+    assert standby.policy.waiting.default.learned_floor_spread_ratio == 4.0
+    assert standby.next_round == NOW - 60 + 3600
+
+
 def test_an_unknown_policy_on_the_feed_falls_back_to_default() -> None:
     store = Store()
     store.record_decisions(
