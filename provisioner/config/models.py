@@ -384,7 +384,9 @@ class Selection(Strict):
     """Choosing the waiting policy from the site's own past (plan/selection.py): every
     `interval_s` the portfolio is replayed over the last `window_s`, and the cheapest candidate
     whose average JCT is within `jct_bound` times `immediate`'s is adopted, once it has been the
-    choice, `margin` cheaper than the policy in force, on `confirm_rounds` rounds in a row."""
+    choice on `confirm_rounds` rounds in a row, each time saving more than `margin` of the
+    larger of the policy in force's dollars and immediate's (or the policy in force broke the
+    bound)."""
 
     interval_s: float = Field(default=86_400.0, gt=0)
     window_s: float = Field(default=604_800.0, gt=0)

@@ -4,8 +4,9 @@ the rule that picks one from each candidate's replay of the recent window.
 The rule is greedy with hysteresis, not an online-learning algorithm with a regret bound: each
 round it takes the cheapest candidate whose replayed average JCT is within `jct_bound` times
 `immediate`'s (the fastest any candidate can be), and switches to it only when it has been that
-choice, at least `margin` cheaper than the policy in force (or the policy in force broke the
-bound), on `confirm_rounds` rounds in a row. Its regret against the best fixed candidate in
+choice on `confirm_rounds` rounds in a row, each time saving more than `margin` of the stakes
+(the larger of the policy in force's dollars and immediate's) or the policy in force broke the
+bound. Its regret against the best fixed candidate in
 hindsight is measured, not bounded (docs/simulator.md, "Choosing the policy from the past").
 """
 
@@ -162,8 +163,12 @@ def select(
     else:
         best = min(scores, key=lambda s: (s.avg_jct_s, s.cloud_usd))
     inc_ok = inc.avg_jct_s <= bound
+    # A saving counts when it is `margin` of the stakes: the incumbent's dollars, or what
+    # bursting everything (immediate) cost over the window, whichever is more. Where little
+    # bursts, a few jobs make the whole difference, and a switch on them is noise.
+    stakes = max(inc.cloud_usd, reference.cloud_usd)
     better = best.name != inc.name and (
-        not inc_ok or best.cloud_usd < (1.0 - rule.margin) * inc.cloud_usd
+        not inc_ok or inc.cloud_usd - best.cloud_usd > rule.margin * stakes
     )
     figures = (
         f"${best.cloud_usd:,.0f} and JCT {best.avg_jct_s:,.0f} s against "
@@ -176,7 +181,8 @@ def select(
             f"${inc.cloud_usd:,.0f}, JCT {inc.avg_jct_s:,.0f} s (bound {bound:,.0f} s), "
             "the cheapest within the bound"
             if best.name == inc.name
-            else f"{best.name} is {figures}, not {rule.margin:.0%} cheaper"
+            else f"{best.name} is {figures}: saves less than {rule.margin:.0%} of "
+            f"${stakes:,.0f}"
         )
         return Choice(at, inc.name, False, best.name, why, tuple(scores))
     state.streak = state.streak + 1 if state.challenger == best.name else 1
