@@ -1,6 +1,6 @@
 """One policy-selection round of the controller, at the Philly trace's density: the jobs table
-holds the bundled trace's jobs of one week (each as if it ran from its submit for its runtime),
-and the controller's selector (reconcile/policy_selection.py) replays that window once per
+(SQLite) holds the bundled trace's jobs of one week (each as if it ran from its submit for its
+runtime), and the controller's selector (reconcile/policy_selection.py) replays that window once per
 portfolio candidate and under immediate, in its own process, against the bundled catalog and
 256 on-prem GPUs.
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,15 +25,9 @@ from provisioner.domain.job_records import JobRecord  # noqa: E402
 from provisioner.plan.catalog import load_catalog  # noqa: E402
 from provisioner.reconcile.policy_selection import PolicySelector  # noqa: E402
 from provisioner.simulate.trace import load_trace  # noqa: E402
-from provisioner.store.memory import MemoryDecisionLog, MemoryJobHistory  # noqa: E402
+from provisioner.store import Store  # noqa: E402
 
 WEEK = 7 * 86_400.0
-
-
-class Store(MemoryJobHistory, MemoryDecisionLog):
-    def __init__(self) -> None:
-        MemoryJobHistory.__init__(self)
-        MemoryDecisionLog.__init__(self)
 
 
 def main() -> None:
@@ -52,7 +47,8 @@ def main() -> None:
                 end_ts=end if end <= now else None, last_seen_ts=now,
             )
         )  # fmt: skip
-    store = Store()
+    tmp = tempfile.mkdtemp()
+    store = Store(f"sqlite:///{tmp}/selection.db")
     store.record_jobs(records)
     interval = policy.selection.interval_s
     sel = PolicySelector(store, policy, load_catalog(), now=now - interval)
@@ -69,6 +65,7 @@ def main() -> None:
         wall = time.perf_counter() - started
     finally:
         sel.close()
+        store.close()
     cpu = float(decision.detail["replay_cpu_s"])
     n_cands = sum(k.startswith("candidate ") for k in decision.detail)
     share = cpu / interval

@@ -3,8 +3,9 @@
 Every `selection.interval_s` the controller reads its recent window from the jobs table and
 replays it once per portfolio candidate and once under `immediate`, in a process of its own
 (simulate/window.py), against the live catalog and the on-prem GPUs it counts now. A pass
-never waits for it: it starts a round when one is due and none runs, and takes a round's
-result in the first pass after it finished. The rule (plan/selection.py) then keeps or
+never waits for it: it starts a round when one is due and none runs (a thread of its own
+reads the window from the store and waits for the worker), and takes a round's result in the
+first pass after it finished. The rule (plan/selection.py) then keeps or
 switches the policy in force; every round is a decision on the feed (`policy_selection`), with
 its figures and why, and the policy in force is read back from the newest one at start, so a
 restart or a standby taking over goes on with it.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Protocol
 
 from provisioner.config.models import Policy
@@ -56,6 +57,7 @@ class PolicySelector:
         self.policy = base
         self._running: Future[WindowReplay] | None = None
         self._pool: ProcessPoolExecutor | None = None
+        self._reader: ThreadPoolExecutor | None = None
         self._follow_feed()
 
     def _follow_feed(self) -> None:
@@ -103,11 +105,21 @@ class PolicySelector:
         self._follow_feed()
         if now < self.next_round or onprem_gpus <= 0:
             return None
-        since = now - self.rule.window_s
-        records = self.store.job_records(since=since, until=now)
         if self._pool is None:
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        self._running = self._pool.submit(
+            self._reader = ThreadPoolExecutor(1, thread_name_prefix="policy-selection")
+        assert self._reader is not None
+        self._running = self._reader.submit(self._round, now, onprem_gpus, gpus_per_node)
+        self.next_round = now + self.rule.interval_s
+        return None
+
+    def _round(self, now: float, onprem_gpus: int, gpus_per_node: int) -> WindowReplay:
+        """In the selection thread: read the window (thousands of rows: not on the pass's
+        time), then wait for its replay in the worker process."""
+        assert self._pool is not None
+        since = now - self.rule.window_s
+        records = self.store.job_records(since=since, until=now)
+        return self._pool.submit(
             replay_window,
             records,
             since,
@@ -117,9 +129,7 @@ class PolicySelector:
             self.base,
             self.catalog,
             CONTROLLER_PORTFOLIO,
-        )
-        self.next_round = now + self.rule.interval_s
-        return None
+        ).result()
 
     def _adopt(self, replay: WindowReplay) -> Decision:
         choice = select(replay.scores, replay.reference, self.state, self.rule, replay.now)
@@ -135,6 +145,9 @@ class PolicySelector:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        if self._reader is not None:
+            self._reader.shutdown(wait=False, cancel_futures=True)
+            self._reader = None
 
 
 def _decision(choice: Choice, replay: WindowReplay, state: SelectionState) -> Decision:
