@@ -7,6 +7,11 @@ Rows: 256, 384, 512 and 768 on-prem GPUs, with --estimate none, history, limits 
 history+limits (limits from the published model, seed 7), over --seeds seeds (seed 0: the trace
 as is; others: arrivals jittered by up to 1 ms, as bench/robustness.py does).
 
+`--sweep`: instead, one seed of the robustness sweep's other rows (bench/robustness.py): the
+four synthetic traces in the published model and the bundled trace with the real catalog (boot
+300 s, 60 s minimum), at --gpus, with --estimate; checked: adaptive <= the best fixed candidate
++ 5% and <= immediate.
+
 Targets (issue 31): adaptive <= the best fixed candidate + 5% and <= immediate, on every row;
 history: <= 1.0x Starburst's no-estimate dollars at 768 and <= 0.90x at 384 and 512;
 history+limits: <= 0.80x at 384 and 512 with a JCT no higher than Starburst's.
@@ -27,9 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from robustness import STARBURST, jittered  # noqa: E402
+from robustness import STARBURST, jittered, synthetic  # noqa: E402
 
 from provisioner.config import load_policy  # noqa: E402
+from provisioner.plan.catalog import load_catalog  # noqa: E402
 from provisioner.simulate.adaptive import simulate_adaptive  # noqa: E402
 from provisioner.simulate.engine import SimSettings, flat_catalog  # noqa: E402
 from provisioner.simulate.trace import load_trace  # noqa: E402
@@ -51,7 +57,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--gpus", type=int, nargs="*", default=list(GPUS))
     ap.add_argument("--estimate", nargs="*", default=list(ESTIMATES))
+    ap.add_argument("--sweep", action="store_true")
     args = ap.parse_args()
+    if args.sweep:
+        sweep(args.gpus, args.estimate)
+        return
     policy = load_policy(ROOT / "policies")
     base = load_trace(ROOT / "data/traces/philly_2017-10-02_4w.csv.gz")
     catalog = flat_catalog(Decimal("4.10"), policy.onprem.gpu_model, sorted({j.gpus for j in base}))
@@ -122,6 +132,47 @@ def main() -> None:
             means[f"{est}/{gpus}"] = {"x_starburst_mean": round(statistics.mean(xs), 3),
                                       "x_starburst_worst": max(xs)}  # fmt: skip
     print(json.dumps({"rows": records, "means": means}))
+
+
+def sweep(gpus_rows: list[int], estimates: list[str]) -> None:
+    policy = load_policy(ROOT / "policies")
+    base = load_trace(ROOT / "data/traces/philly_2017-10-02_4w.csv.gz")
+    flat = flat_catalog(Decimal("4.10"), policy.onprem.gpu_model, sorted({j.gpus for j in base}))
+    rows = [
+        (f"gamma-cv{cv:g}-x{rate:g}", synthetic(base, cv, rate, seed=100 + k), "published")
+        for k, (cv, rate) in enumerate(((1.0, 0.75), (1.0, 1.25), (3.0, 0.75), (3.0, 1.25)))
+    ]
+    rows.append(("philly-s0", base, "catalog"))
+    bound = policy.selection.jct_bound
+    records = []
+    print("| trace | model | estimate | GPUs | adaptive $ / JCT | best fixed | immediate $ "
+          "| regret | met |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, jobs, model in rows:
+        cat = flat if model == "published" else load_catalog()
+        for est in estimates:
+            for gpus in gpus_rows:
+                if model == "published":
+                    st = SimSettings(gpus, 8, boot_s=0.0, estimate=est, billing_min_s=0.0)  # type: ignore[arg-type]
+                else:
+                    st = SimSettings(gpus, 8, boot_s=300.0, estimate=est, billing_min_s=60.0)  # type: ignore[arg-type]
+                a = simulate_adaptive(jobs, st, policy, cat)
+                best = a.best_fixed(bound)
+                usd, b_usd = float(a.result.cloud_cost_usd), float(best.cloud_cost_usd)
+                imm = float(a.immediate.cloud_cost_usd)
+                regret = usd / b_usd - 1 if b_usd else 0.0
+                ok = regret <= 0.05 and usd <= imm
+                print(f"| {name} | {model} | {est} | {gpus} | ${usd / 1e3:,.1f}k / "
+                      f"{a.result.avg_jct_s:,.0f} | {best.policy} ${b_usd / 1e3:,.1f}k | "
+                      f"${imm / 1e3:,.1f}k | {regret:+.1%} | {'yes' if ok else 'no'} |",
+                      flush=True)  # fmt: skip
+                records.append({"trace": name, "model": model, "estimate": est, "onprem_gpus": gpus,
+                                "adaptive_usd": round(usd), "best_fixed": best.policy,
+                                "best_fixed_usd": round(b_usd), "immediate_usd": round(imm),
+                                "regret_vs_best": round(regret, 4), "ok": ok})  # fmt: skip
+    met = sum(bool(r["ok"]) for r in records)
+    print(f"rows {len(records)}: within best + 5% and <= immediate on {met}")
+    print(json.dumps({"sweep": records, "met": met}))
 
 
 if __name__ == "__main__":
