@@ -181,8 +181,7 @@ def select(
             f"${inc.cloud_usd:,.0f}, JCT {inc.avg_jct_s:,.0f} s (bound {bound:,.0f} s), "
             "the cheapest within the bound"
             if best.name == inc.name
-            else f"{best.name} is {figures}: saves less than {rule.margin:.0%} of "
-            f"${stakes:,.0f}"
+            else f"{best.name} is {figures}: saves less than {rule.margin:.0%} of ${stakes:,.0f}"
         )
         return Choice(at, inc.name, False, best.name, why, tuple(scores))
     state.streak = state.streak + 1 if state.challenger == best.name else 1
