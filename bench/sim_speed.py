@@ -13,7 +13,8 @@ tree's time outside `plan()`, the speedup if planning cost nothing.
 fetched by hand and never committed; `--peer-python` names an interpreter with its numpy,
 pandas, tabulate and tqdm): bench/starburst_peer.py runs it over the same trace on the four
 Philly rows (256, 384, 512, 768 GPUs), its `starburst` policy against our `default` with exact
-runtimes and its constant wait against ours without estimates, alternating the two per row.
+runtimes and its constant wait against ours without estimates, alternating the two per row;
+`--peer-loop 0` turns its loop scheduling off (plain FIFO, faster).
 Target: ours >= 5x faster on every row.
 Last line: one JSON object.
 """
@@ -77,27 +78,29 @@ PEER_ROWS = [(g, e) for e in ("exact", "none") for g in (256, 384, 512, 768)]
 PEER_POLICY = {"exact": "starburst", "none": "constant-wait"}
 
 
-def _time_peer(peer: str, python: str, gpus: int, est: str) -> dict[str, object]:
+def _time_peer(peer: str, python: str, gpus: int, est: str, loop: bool) -> dict[str, object]:
     out = subprocess.run(
         [python, str(ROOT / "bench" / "starburst_peer.py"), peer,
-         str(ROOT / "data/traces/philly_2017-10-02_4w.csv.gz"), str(gpus), PEER_POLICY[est]],
+         str(ROOT / "data/traces/philly_2017-10-02_4w.csv.gz"), str(gpus), PEER_POLICY[est],
+         "1" if loop else "0"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def peer_main(peer: str, python: str, repeat: int) -> None:
+def peer_main(peer: str, python: str, repeat: int, loop: bool) -> None:
     records = []
     for gpus, est in PEER_ROWS:
         p_best = c_best = float("inf")
         for _ in range(repeat):
-            p = _time_peer(peer, python, gpus, est)
+            p = _time_peer(peer, python, gpus, est, loop)
             c = _time(ROOT, gpus, est)
             p_best = min(p_best, float(p["wall_s"]))  # type: ignore[arg-type]
             c_best = min(c_best, float(c["wall_s"]))  # type: ignore[arg-type]
         ratio = p_best / c_best
         print(
-            f"{gpus} GPUs, {est}: Starburst ({PEER_POLICY[est]}) {p_best:.2f} s, ours (default) "
+            f"{gpus} GPUs, {est}: Starburst ({PEER_POLICY[est]}, loop {int(loop)}) {p_best:.2f} s, "
+            f"ours (default) "
             f"{c_best:.2f} s: {ratio:.2f}x faster (target >= 5x); Starburst's cloud "
             f"${float(p['cloud_gpu_h']) * 4.10:,.0f}, ours ${float(c['usd']):,.0f}"  # type: ignore[arg-type]
         )
@@ -106,6 +109,7 @@ def peer_main(peer: str, python: str, repeat: int) -> None:
                 "onprem_gpus": gpus,
                 "estimate": est,
                 "starburst_policy": PEER_POLICY[est],
+                "starburst_loop": loop,
                 "starburst_s": round(p_best, 3),
                 "ours_s": round(c_best, 3),
                 "speedup": round(ratio, 2),
@@ -122,9 +126,10 @@ def main() -> None:
     ap.add_argument("--rows", default="", help="e.g. 512:exact,512:none (default: all six)")
     ap.add_argument("--peer", default="", help="a local copy of Starburst's repository")
     ap.add_argument("--peer-python", default=sys.executable)
+    ap.add_argument("--peer-loop", type=int, default=1, help="Starburst's loop scheduling: 1 or 0")
     args = ap.parse_args()
     if args.peer:
-        peer_main(args.peer, args.peer_python, args.repeat)
+        peer_main(args.peer, args.peer_python, args.repeat, bool(args.peer_loop))
         return
     rows = ROWS
     if args.rows:

@@ -6,8 +6,9 @@ the peer, and is never given the peer's code to keep: DIR is a local copy fetche
 Jobs are built as Starburst builds Philly jobs (skyburst/job_generator.py,
 process_philly_jobs): arrival and runtime in hours, cost in GPU-hours. Policies: `starburst`
 (linear_cost-0.076 with loop scheduling, its Philly end-to-end setting, runtimes known) and
-`constant-wait` (constant-1 with loop, no runtime needed).
-Usage: python bench/starburst_peer.py DIR TRACE GPUS POLICY. Prints one JSON object.
+`constant-wait` (constant-1, no runtime needed); LOOP 0 turns loop scheduling off (plain FIFO:
+faster, and nearer the Starburst figures of bench/robustness.py).
+Usage: python bench/starburst_peer.py DIR TRACE GPUS POLICY [LOOP]. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ POLICIES = {"starburst": "linear_cost-0.076", "constant-wait": "constant-1"}
 
 def main() -> None:
     peer, trace, gpus, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    loop = len(sys.argv) < 6 or sys.argv[5] != "0"
     os.environ.setdefault("TQDM_DISABLE", "1")
     sys.path.insert(0, peer)
     from skyburst import Job, run_simulator  # type: ignore[import-not-found]
@@ -42,7 +44,7 @@ def main() -> None:
         "gpus_per_node": 8,
         "sched_alg": "fifo",
         "waiting_policy": POLICIES[name],
-        "loop": True,
+        "loop": loop,
         "warmup_jobs": 0,
     }
     t0 = time.perf_counter()
