@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from provisioner.cli import app
 from provisioner.config.loader import policy_from_mapping
 from provisioner.domain.errors import InputError
+from provisioner.plan.selection import portfolio_for
 from provisioner.simulate.engine import SimSettings, flat_catalog, simulate
 from provisioner.simulate.trace import TraceJob, load_trace
 
@@ -382,3 +383,39 @@ def test_cli_limits_need_a_maximum_of_an_hour_or_more() -> None:
     assert res.exit_code == 2 and "--max-limit" in res.output
     res = CliRunner().invoke(app, ["simulate", "--estimate", "guesses", "--no-progress"])
     assert res.exit_code == 2 and "history+limits" in res.output
+
+
+def test_cli_simulate_adaptive_reports_its_rounds_and_regret(tmp_path: Path) -> None:
+    """Three days of jobs: rounds at the first arrivals of days 1 and 2. The `default`
+    candidate replayed beside the adaptive run is the same run as `--policy default`, and the
+    regret is adaptive's dollars less the best fixed candidate's."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "job_id,submit_s,duration_s,gpus,user,group\n"
+        + "".join(
+            f"a{i},{i * 1800},{3000 + 900 * (i % 7)},{1 + i % 4},u{i % 3},g{i % 2}\n"
+            for i in range(144)
+        )
+    )
+    out = tmp_path / "a.json"
+    res = CliRunner().invoke(
+        app,
+        [
+            "simulate", "--trace", str(trace), "--onprem-gpus", "8", "--gpus-per-node", "4",
+            "--estimate", "history", "--policy", "adaptive", "--policy", "default",
+            "--json", str(out), "--no-progress",
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    adaptive, default = json.loads(out.read_text())
+    assert adaptive["policy"] == "adaptive" and adaptive["rounds"] == 2
+    cands = {c["policy"]: c for c in adaptive["candidates"]}
+    assert set(cands) == {c.name for c in portfolio_for("history")}
+    assert cands["default"]["cloud_cost_usd"] == default["cloud_cost_usd"]
+    assert cands["default"]["avg_jct_s"] == default["avg_jct_s"]
+    best = cands[adaptive["best_fixed"]]
+    assert adaptive["best_fixed_cloud_cost_usd"] == best["cloud_cost_usd"]
+    assert adaptive["regret_vs_best_fixed_usd"] == pytest.approx(
+        adaptive["cloud_cost_usd"] - best["cloud_cost_usd"], abs=0.011
+    )
+    assert "best fixed candidate in hindsight" in res.output
