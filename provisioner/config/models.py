@@ -28,6 +28,16 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _far_above(
+    value: float | None, ratio: float | None, guess_s: float | None, learned: bool
+) -> bool:
+    """Whether `value` is at least `ratio` times a learned guess (a rule left unset, a runtime
+    not learned, or a figure missing: no)."""
+    if ratio is None or not learned or guess_s is None or value is None:
+        return False
+    return value >= ratio * max(guess_s, 1.0)
+
+
 class WaitPolicy(Strict):
     """How long a job may wait for on-prem GPUs before it bursts.
 
@@ -99,19 +109,13 @@ class WaitPolicy(Strict):
         self, expected_s: float | None, limit_s: float | None, learned: bool
     ) -> bool:
         """Whether the budget is taken at the time limit, not at a learned guess far below it."""
-        ratio = self.limit_worst_case_ratio
-        if ratio is None or not learned or expected_s is None or limit_s is None:
-            return False
-        return limit_s >= ratio * max(expected_s, 1.0)
+        return _far_above(limit_s, self.limit_worst_case_ratio, expected_s, learned)
 
     def learned_is_unsure(
         self, expected_s: float | None, spread_s: float | None, learned: bool
     ) -> bool:
         """Whether a learned guess spreads so widely that it gets the no-estimate budget."""
-        ratio = self.learned_floor_spread_ratio
-        if ratio is None or not learned or expected_s is None or spread_s is None:
-            return False
-        return spread_s >= ratio * max(expected_s, 1.0)
+        return _far_above(spread_s, self.learned_floor_spread_ratio, expected_s, learned)
 
     def job_budget_s(
         self,
