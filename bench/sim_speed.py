@@ -11,7 +11,7 @@ shows how far a faster planner alone could take it: `ceiling` is the baseline's 
 tree's time outside `plan()`, the speedup if planning cost nothing.
 `--peer DIR` times Starburst's own simulator instead (a local copy of michaelzhiluo/starburst,
 fetched by hand and never committed; `--peer-python` names an interpreter with its numpy,
-pandas, tabulate and tqdm): bench/starburst_peer.py runs it over the same trace on the four
+pandas, tabulate and tqdm): bench/peers/starburst.py runs it over the same trace on the four
 Philly rows (256, 384, 512, 768 GPUs), its `starburst` policy against our `default` with exact
 runtimes and its constant wait against ours without estimates, alternating the two per row;
 `--peer-loop 0` turns its loop scheduling off (plain FIFO, faster).
@@ -80,7 +80,7 @@ PEER_POLICY = {"exact": "starburst", "none": "constant-wait"}
 
 def _time_peer(peer: str, python: str, gpus: int, est: str, loop: bool) -> dict[str, object]:
     out = subprocess.run(
-        [python, str(ROOT / "bench" / "starburst_peer.py"), peer,
+        [python, str(ROOT / "bench" / "peers" / "starburst.py"), peer,
          str(ROOT / "data/traces/philly_2017-10-02_4w.csv.gz"), str(gpus), PEER_POLICY[est],
          "1" if loop else "0"],
         capture_output=True, text=True, check=True,

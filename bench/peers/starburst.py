@@ -8,7 +8,9 @@ process_philly_jobs): arrival and runtime in hours, cost in GPU-hours. Policies:
 (linear_cost-0.076 with loop scheduling, its Philly end-to-end setting, runtimes known) and
 `constant-wait` (constant-1, no runtime needed); LOOP 0 turns loop scheduling off (plain FIFO:
 faster, and nearer the Starburst figures of bench/robustness.py).
-Usage: python bench/starburst_peer.py DIR TRACE GPUS POLICY [LOOP]. Prints one JSON object.
+Usage: python bench/peers/starburst.py DIR TRACE GPUS POLICY [LOOP]. Prints one JSON object.
+A helper of bench/sim_speed.py, not a benchmark: it lives outside bench/*.py, which `make
+bench` runs one by one without arguments.
 """
 
 from __future__ import annotations
