@@ -628,31 +628,34 @@ class Simulation:
             self._watch(vplace, vend, deadline)
             self._burst([i], self._best_now(job), deadline, place.start_ts)
 
-    def _budget(self, job: TraceJob, known_runtime: float | None) -> float:
-        """The default policy's waiting budget for a job (the planner computes the same)."""
-        wp = self._wp
+    def _budget(
+        self,
+        job: TraceJob,
+        known_runtime: float | None,
+        told: tuple[float, str, float | None] | None = None,
+        limit: float | None = None,
+    ) -> float:
+        """The default policy's waiting budget for a job, as the planner computes it
+        (WaitPolicy.job_budget_s): `told` is what the planner was told of its runtime, whose
+        source and spread, with its time `limit`, decide whether a guess is distrusted."""
+        wp, spot = self._wp, self.policy.spot
         runtime = known_runtime if known_runtime is not None else self._fallback_rt
         ranked = self._ranked(job.gpus, wp.spot_allowed, runtime)
-        cheapest = ranked[0].expected_cost(runtime, self.policy.spot) if ranked else None
-        return wp.budget_s(job.gpus, known_runtime, cheapest)
-
-    def _told_budget(self, i: int) -> float:
-        """Job i's waiting budget from what the planner was told of it, with the planner's
-        own rules for guesses it distrusts (WaitPolicy.job_budget_s)."""
-        job, t, wp = self.jobs[i], self._told[i], self._wp
-        known = t[0] if t is not None else None
-        runtime = known if known is not None else self._fallback_rt
-        ranked = self._ranked(job.gpus, wp.spot_allowed, runtime)
-        spot = self.policy.spot
         return wp.job_budget_s(
             job.gpus,
-            known,
+            known_runtime,
             ranked[0].expected_cost(runtime, spot) if ranked else None,
-            learned=t is not None and bool(t[1]),
-            spread_s=t[2] if t is not None else None,
-            limit_s=self.limits[i] if self.limits is not None else None,
+            learned=told is not None and bool(told[1]),
+            spread_s=told[2] if told is not None else None,
+            limit_s=limit,
             cost_at=lambda s: ranked[0].expected_cost(s, spot) if ranked else None,
         )
+
+    def _told_budget(self, i: int) -> float:
+        """Job i's waiting budget from what the planner was told of it."""
+        t = self._told[i]
+        limit = self.limits[i] if self.limits is not None else None
+        return self._budget(self.jobs[i], t[0] if t is not None else None, t, limit)
 
     def _best_now(self, job: TraceJob) -> Candidate:
         return self._ranked(job.gpus, self._wp.spot_allowed, self._fallback_rt)[0]

@@ -111,7 +111,5 @@ def _replay(
     if not jobs:
         return 0.0, 0.0, 0
     sim = Simulation(jobs, settings, policy, catalog, kind)
-    i = 0
-    while i < len(jobs):
-        i = sim.step(i)
+    sim.run()
     return sim.window_score(since, now)
