@@ -53,6 +53,27 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[Path | None, typer.Option("--json", help="Write results JSON.")] = None,
         plot: Annotated[Path | None, typer.Option(help="Write a PNG plot.")] = None,
         progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+        fractional: Annotated[
+            str,
+            typer.Option(
+                help="Jobs with a share of a GPU (trace column gpu_milli): pack (the slices of "
+                "their MIG profile) | round-up (a whole GPU each, the baseline)."
+            ),
+        ] = "pack",
+        mig_gpus: Annotated[
+            int | None,
+            typer.Option(
+                help="On-prem GPUs MIG-partitioned for fractional jobs (default: their share "
+                "of the trace's GPU time)."
+            ),
+        ] = None,
+        cloud_node_gpus: Annotated[
+            int | None,
+            typer.Option(
+                help="With --price-per-gpu-hour: cloud nodes of this many GPUs only, billed "
+                "whole (default: a node of each job's size)."
+            ),
+        ] = None,
     ) -> None:
         """Replay a GPU job trace through the real planner and compare burst policies."""
         from provisioner.simulate.runner import SimulationRequest, run_simulations
@@ -74,5 +95,8 @@ def register(app: typer.Typer) -> None:
                 plot=plot,
                 progress=progress,
                 max_limit_s=max_limit,
+                fractional=fractional,
+                mig_gpus=mig_gpus,
+                cloud_node_gpus=cloud_node_gpus,
             )
         )

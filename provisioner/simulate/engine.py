@@ -29,6 +29,7 @@ from typing import Literal
 
 from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.errors import InputError, InvalidArgument, NotKnown
+from provisioner.domain.gpu_share import MIG_COMPUTE_SLICES, slices_for_milli
 from provisioner.domain.jobs import Job
 from provisioner.domain.offers import CapacityType
 from provisioner.domain.plan import ReasonCode
@@ -40,6 +41,7 @@ from provisioner.plan.offers import Candidate, ranked_offers
 from provisioner.plan.planner import hedge_fraction, plan
 from provisioner.plan.profile import OnPremProfile, Placement
 from provisioner.plan.rank_cache import RankCache
+from provisioner.simulate.slice_pool import SlicePool, mig_gpus_of
 from provisioner.simulate.trace import TraceJob
 from provisioner.simulate.user_estimates import assign_estimates
 
@@ -61,6 +63,12 @@ class SimSettings:
     # --estimate limits: the largest time limit users may give (None: the trace's longest
     # runtime, rounded up to a whole day); limits are drawn from the published model.
     max_limit_s: float | None = None
+    # Jobs with a share of a GPU (trace column gpu_milli): "pack" gives each the slices of its
+    # smallest MIG profile, "round-up" a whole GPU (7 slices), on the same MIG GPUs and nodes.
+    fractional: Literal["pack", "round-up"] = "pack"
+    # On-prem GPUs MIG-partitioned for them (None: the fractional jobs' share of the trace's
+    # GPU time, each counted as a whole GPU, of the on-prem GPUs).
+    mig_gpus: int | None = None
 
 
 @dataclass
@@ -87,6 +95,12 @@ class SimResult:
     regret_within_budget_jobs: int = 0
     # Billed cloud GPUs as a step function: (seconds since the first arrival, GPUs from then on).
     cloud_gpus_over_time: tuple[tuple[float, int], ...] = ()
+    # Fractional traces only: jobs with a share of a GPU, how they ran, the MIG GPUs on-prem.
+    fractional_jobs: int = 0
+    fractional_mode: str = ""
+    mig_gpus: int = 0
+    cloud_mig_nodes: int = 0
+    cloud_mig_usd: Decimal = Decimal(0)  # what those nodes billed (in cloud_cost_usd too)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -113,7 +127,17 @@ class SimResult:
             "regret_within_budget_usd": round(self.regret_within_budget_usd, 2),
             "regret_within_budget_jobs": self.regret_within_budget_jobs,
             "cloud_gpus_over_time": [[round(t, 1), n] for t, n in self.cloud_gpus_over_time],
-        }
+        } | (
+            {
+                "fractional_jobs": self.fractional_jobs,
+                "fractional_mode": self.fractional_mode,
+                "mig_gpus": self.mig_gpus,
+                "cloud_mig_nodes": self.cloud_mig_nodes,
+                "cloud_mig_usd": float(round(self.cloud_mig_usd, 2)),
+            }
+            if self.fractional_jobs
+            else {}
+        )
 
 
 MAX_SERIES_POINTS = 2000
@@ -256,10 +280,15 @@ class Simulation:
         self.policy = policy.model_copy(update={"pools": pools})
         self.name = policy_name
         self.kind, self.fixed_wait = _parse_policy(policy_name)
-        nodes = max(1, math.ceil(settings.onprem_gpus / settings.gpus_per_node))
+        self.frac = [j.fractional for j in jobs]
+        self.mig_gpus = (
+            mig_gpus_of(jobs, settings.onprem_gpus, settings.mig_gpus) if any(self.frac) else 0
+        )
+        self.whole_gpus = settings.onprem_gpus - self.mig_gpus
+        nodes = max(1, math.ceil(self.whole_gpus / settings.gpus_per_node))
         caps = [settings.gpus_per_node] * nodes
         # A GPU count that is not a multiple of the node size leaves the last node partial.
-        caps[-1] -= nodes * settings.gpus_per_node - settings.onprem_gpus
+        caps[-1] -= nodes * settings.gpus_per_node - self.whole_gpus
         self.true = OnPremProfile(caps, 0.0, settings.gpus_per_node)
         # The planner's view when it knows no runtimes; the same object when it does.
         self.view = self.true if settings.estimate == "exact" else self.true.copy()
@@ -269,7 +298,9 @@ class Simulation:
         self.wait = [0.0] * len(jobs)
         self.jct = [0.0] * len(jobs)
         self.in_cloud = [False] * len(jobs)
-        self.onprem_runs: list[tuple[float, float, int]] = []
+        self.onprem_runs: list[tuple[float, float, float]] = []  # (start, end, GPUs)
+        self._mig_billed = False
+        self._mig_usd = Decimal(0)
         self.timeouts = 0
         # (when, seq, placement in the planner's view, slot value held there, true end)
         self.events: list[tuple[float, int, Placement, float, float]] = []
@@ -301,6 +332,11 @@ class Simulation:
         # True once adopt() has run: decisions may change kind, so every kind keeps the view.
         self.switching = False
         self._submits: list[float] | None = None
+        self.slices = (
+            SlicePool(self.mig_gpus, self._cheapest_on_demand(settings.gpus_per_node))
+            if any(self.frac)
+            else None
+        )
         self._check_runnable()
 
     def _check_runnable(self) -> None:
@@ -308,10 +344,14 @@ class Simulation:
         would otherwise wait forever, so it is an input error, named, before the replay."""
         seen: set[int] = set()
         for job in self.jobs:
+            if job.fractional:
+                if self.kind == "never" and not self.mig_gpus:
+                    raise self._too_big(job, "policy never cannot run it: no MIG GPUs on-prem")
+                continue
             if job.gpus in seen:
                 continue
             seen.add(job.gpus)
-            if job.gpus <= self.s.onprem_gpus:
+            if job.gpus <= self.whole_gpus:
                 continue
             if self.kind == "never":
                 raise self._too_big(job, "policy never cannot run it")
@@ -320,9 +360,10 @@ class Simulation:
                 raise self._too_big(job, f"no on-demand {model} offer in the catalog holds it")
 
     def _too_big(self, job: TraceJob, why: str) -> InputError:
+        mig = f" ({self.mig_gpus} more are MIG-partitioned)" if self.mig_gpus else ""
         return InputError(
             f"trace job {job.job_id} needs {job.gpus} GPUs, more than the "
-            f"{self.s.onprem_gpus} on-prem GPUs: {why}"
+            f"{self.whole_gpus} on-prem GPUs{mig}: {why}"
         )
 
     # ---- offers ----------------------------------------------------------------------------
@@ -566,7 +607,7 @@ class Simulation:
             if i in burst:
                 continue
             job = self.jobs[i]
-            if job.gpus > self.s.onprem_gpus:
+            if job.gpus > self.whole_gpus:
                 # too big for on-prem, and a guardrail (the per-pass node cap, the global $/h
                 # cap) held it back: in the trace's world it would wait for ever
                 jid = f"{i:09d}"
@@ -585,6 +626,61 @@ class Simulation:
             vend = vplace.start_ts + runtime
             view.commit(vplace, vend)
             self._kept_blind(i, vplace, vend, hedged.get(i, 1.0))
+
+    def _fractional(self, i: int, job: TraceJob) -> None:
+        """A job with a share of a GPU: on-prem MIG slices if they start it within its limit
+        (the kind's, or the default budget for its share of a node's price), else a cloud MIG
+        node. Exact runtimes let the default policy burst at arrival; otherwise it waits its
+        limit out first (no regret, as budget-timeout)."""
+        pool = self.slices
+        assert pool is not None
+        whole = self.s.fractional == "round-up"
+        slices = MIG_COMPUTE_SLICES if whole else slices_for_milli(job.gpu_milli)
+        now, d = job.submit_s, job.duration_s
+        if self.kind == "never":
+            limit = math.inf
+        elif self.kind == "immediate":
+            limit = 0.0
+        elif self.kind == "fixed-wait":
+            limit = self.fixed_wait
+        else:
+            limit = self._slice_budget(i, job, slices)
+        start = pool.earliest_onprem(slices, now, d, now + limit)
+        if start <= now + limit:
+            pool.run_onprem(slices, start, d)
+            self.onprem_runs.append((start, start + d, slices / MIG_COMPUTE_SLICES))
+            end = start + d
+        else:
+            at = now if self.kind == "default" and self.s.estimate == "exact" else now + limit
+            if at > now:
+                self.timeouts += 1
+            start, end = pool.burst(slices, at, d)
+            self.in_cloud[i] = True
+        self.wait[i] = start - now
+        self.jct[i] = end - now
+        if self.history is not None:
+            heapq.heappush(self._ends, (end, i))
+
+    def _slice_budget(self, i: int, job: TraceJob, slices: int) -> float:
+        """The default budget of a job that needs `slices` MIG slices: its runtime's, priced at
+        its slices' share of a whole cloud node (never below it), at least a node's boot."""
+        pool = self.slices
+        assert pool is not None
+        self._tell(i)
+        t = self._told[i]
+        known = t[0] if t is not None else None
+        share = slices / (pool.gpus_per_node * MIG_COMPUTE_SLICES)
+        usd_s = float(pool.node.usd_hr) * share / 3600.0
+        budget = self._wp.job_budget_s(
+            1,
+            known,
+            usd_s * (pool.node.boot_s + (known if known is not None else self._fallback_rt)),
+            learned=t is not None and bool(t[1]),
+            spread_s=t[2] if t is not None else None,
+            limit_s=self.limits[i] if self.limits is not None else None,
+            cost_at=lambda secs: usd_s * (pool.node.boot_s + secs),
+        )
+        return max(budget, pool.node.boot_s) if self.kind == "default" else budget
 
     def _on_view(self, i: int, job: TraceJob, place: Placement) -> None:
         """A job placed without the planner, on the planner's blind view too (with the runtime
@@ -688,13 +784,21 @@ class Simulation:
             self._learn(now)
         if self.events and (self.kind == "default" or self.switching):
             self._drain_events(now, self._fallback_rt)
-        if self.kind == "default":
-            self._planned(range(i, j), now)
-        else:
+        batch: Sequence[int] = range(i, j)
+        if self.slices is not None:
+            batch = [k for k in batch if not self.frac[k]]
             for k in range(i, j):
+                if self.frac[k]:
+                    self._fractional(k, jobs[k])
+        if self.kind == "default":
+            self._planned(batch, now)
+        else:
+            for k in batch:
                 self._baseline(k, jobs[k])
         if now - self._trimmed > 3600.0:
             self.true.forget_before(now)
+            if self.slices is not None:
+                self.slices.forget_before(now)
             if self.view is not self.true:
                 self.view.forget_before(now)
             self._trimmed = now
@@ -719,6 +823,8 @@ class Simulation:
         """From the next arrival on, decide as `kind` under `policy` (its pools are the sim's).
         Jobs already decided keep their outcome; the blind view, the runtime history and both
         clusters carry over."""
+        if self.slices is not None:
+            raise InputError("--policy adaptive does not replay fractional jobs yet")
         self.switching = True
         self.policy = policy.model_copy(update={"pools": self.policy.pools})
         self.kind = kind
@@ -751,6 +857,13 @@ class Simulation:
 
     def result(self, wall: float) -> SimResult:
         jobs = self.jobs
+        pool = self.slices
+        if pool is not None and not self._mig_billed:
+            self._mig_billed = True
+            before = self.cloud.cost
+            for node in pool.cloud:
+                self.cloud.bill(pool.node, node.end - node.requested, node.requested)
+            self._mig_usd = self.cloud.cost - before
         n = len(jobs)
         waits = sorted(self.wait)
         first = jobs[0].submit_s if jobs else 0.0
@@ -791,6 +904,11 @@ class Simulation:
             regret_within_budget_usd=self.regret_budget_usd,
             regret_within_budget_jobs=self.regret_budget_jobs,
             cloud_gpus_over_time=gpus_over_time(self.cloud.spans, first),
+            fractional_jobs=sum(self.frac),
+            fractional_mode=self.s.fractional if pool is not None else "",
+            mig_gpus=self.mig_gpus,
+            cloud_mig_nodes=len(pool.cloud) if pool is not None else 0,
+            cloud_mig_usd=self._mig_usd,
         )
 
 

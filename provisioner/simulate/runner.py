@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from provisioner.domain.errors import InputError
 from provisioner.simulate.adaptive import AdaptiveResult
 from provisioner.simulate.engine import SimResult, SimSettings, _parse_policy, flat_catalog
+from provisioner.simulate.trace import TraceJob
 
 
 @dataclass(frozen=True)
@@ -29,10 +31,14 @@ class SimulationRequest:
     plot: Path | None = None
     progress: bool = True
     max_limit_s: float | None = None
+    fractional: str = "pack"
+    mig_gpus: int | None = None
+    cloud_node_gpus: int | None = None
 
 
 ESTIMATES = ("exact", "none", "history", "limits", "history+limits")
 ADAPTIVE = "adaptive"
+FRACTIONAL_MODES = ("pack", "round-up")
 
 
 def _check(req: SimulationRequest) -> None:
@@ -48,6 +54,13 @@ def _check(req: SimulationRequest) -> None:
         raise InputError("--max-limit: the largest time limit must be at least 3600 s")
     if req.price_per_gpu_hour is not None and req.price_per_gpu_hour <= 0:
         raise InputError("--price-per-gpu-hour: must be > 0")
+    if req.fractional not in FRACTIONAL_MODES:
+        raise InputError(f"--fractional: must be pack or round-up, got {req.fractional!r}")
+    if req.cloud_node_gpus is not None:
+        if req.price_per_gpu_hour is None:
+            raise InputError("--cloud-node-gpus: needs --price-per-gpu-hour (a flat catalog)")
+        if req.cloud_node_gpus < 1:
+            raise InputError("--cloud-node-gpus: must be >= 1")
     for p in req.policies:
         if p == ADAPTIVE:
             continue
@@ -73,10 +86,13 @@ def run_simulations(req: SimulationRequest) -> list[SimResult]:
     if not jobs:
         raise InputError(f"{req.trace}: no jobs")
     if req.price_per_gpu_hour is not None:
+        # Whole nodes of one size, or one node size per job size (fractional jobs' MIG nodes
+        # have the on-prem node's GPUs).
+        sizes = {j.gpus for j in jobs} | ({req.gpus_per_node} if any_fractional(jobs) else set())
         catalog = flat_catalog(
             Decimal(repr(req.price_per_gpu_hour)),
             policy.onprem.gpu_model,
-            sorted({j.gpus for j in jobs}),
+            sorted(sizes) if req.cloud_node_gpus is None else [req.cloud_node_gpus],
         )
     else:
         catalog = load_catalog(req.catalog)
@@ -88,6 +104,8 @@ def run_simulations(req: SimulationRequest) -> list[SimResult]:
         spot_interruptions=req.spot_interruptions,
         seed=req.seed,
         max_limit_s=req.max_limit_s,
+        fractional=req.fractional,  # type: ignore[arg-type]
+        mig_gpus=req.mig_gpus,
         # The published model bills per GPU-second with no minimum; clouds bill 60 s at least.
         billing_min_s=0.0 if req.price_per_gpu_hour is not None else 60.0,
     )
@@ -138,6 +156,7 @@ def print_table(results: list[SimResult], req: SimulationRequest, source: str, n
         title=(
             f"{n} jobs, {req.onprem_gpus} on-prem GPUs ({req.gpus_per_node}/node), "
             f"boot {req.boot_seconds:.0f}s, estimate {req.estimate}, prices: {source}"
+            + _fractional_title(results)
         )
     )
     for col in (
@@ -193,3 +212,17 @@ def print_adaptive(a: AdaptiveResult, jct_bound: float) -> None:
     for c in a.choices:
         if c.switched:
             con.print(f"  day {(c.at - a.origin) / 86400:.1f}: {c.why}")
+
+
+def any_fractional(jobs: Sequence[TraceJob]) -> bool:
+    return any(j.fractional for j in jobs)
+
+
+def _fractional_title(results: list[SimResult]) -> str:
+    r = next((r for r in results if r.fractional_jobs), None)
+    if r is None:
+        return ""
+    return (
+        f"; {r.fractional_jobs} fractional jobs, {r.fractional_mode}, "
+        f"{r.mig_gpus} on-prem GPUs MIG-partitioned"
+    )

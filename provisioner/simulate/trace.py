@@ -1,4 +1,7 @@
-"""GPU job traces: CSV `job_id,submit_s,duration_s,gpus,gpu_type,user,group,status` (.gz ok)."""
+"""GPU job traces: CSV `job_id,submit_s,duration_s,gpus,gpu_type,user,group,status` (.gz ok).
+
+An optional `gpu_milli` column gives a one-GPU job's share of its GPU in thousandths, as public
+cluster traces write it (Alibaba's cluster-trace-gpu-v2023): empty or 1000 is a whole GPU."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner.domain.errors import InputError
+from provisioner.domain.gpu_share import WHOLE_GPU_MILLI
 
 REQUIRED = ("job_id", "submit_s", "duration_s", "gpus")
 
@@ -23,6 +27,11 @@ class TraceJob:
     gpu_type: str = ""
     user: str = ""
     group: str = ""
+    gpu_milli: int = WHOLE_GPU_MILLI
+
+    @property
+    def fractional(self) -> bool:
+        return self.gpu_milli < WHOLE_GPU_MILLI
 
 
 def _open(path: Path) -> io.TextIOBase:
@@ -78,6 +87,7 @@ def _row(row: dict[str, str], p: Path, line: int) -> TraceJob:
     if gpus < 1 or gpus != int(gpus):
         raise InputError(f"{p}: line {line}: gpus: must be a whole number >= 1")
     return TraceJob(
+        gpu_milli=_milli(row.get("gpu_milli"), int(gpus), p, line),
         job_id=row["job_id"],
         submit_s=submit,
         duration_s=duration,
@@ -86,3 +96,17 @@ def _row(row: dict[str, str], p: Path, line: int) -> TraceJob:
         user=row.get("user") or "",
         group=row.get("group") or "",
     )
+
+
+def _milli(raw: str | None, gpus: int, p: Path, line: int) -> int:
+    if raw is None or not raw.strip():
+        return WHOLE_GPU_MILLI
+    try:
+        milli = int(raw)
+    except ValueError:
+        raise InputError(f"{p}: line {line}: gpu_milli: not a whole number: {raw!r}") from None
+    if not 0 < milli <= WHOLE_GPU_MILLI:
+        raise InputError(f"{p}: line {line}: gpu_milli: must be in 1..{WHOLE_GPU_MILLI}")
+    if milli < WHOLE_GPU_MILLI and gpus != 1:
+        raise InputError(f"{p}: line {line}: gpu_milli: a share of a GPU needs gpus = 1")
+    return milli

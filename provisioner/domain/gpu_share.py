@@ -1,0 +1,56 @@
+"""Shares of one GPU: NVIDIA MIG slices, and the slices a request for part of a GPU needs.
+
+An A100 or H100 splits into 7 compute slices; the profiles a GPU can host are 1g, 2g, 3g, 4g and
+7g (NVIDIA MIG User Guide, "Supported MIG Profiles"). Slurm names a MIG device's GRES type after
+its profile (`AutoDetect=nvml`: `nvidia_a100_1g.10gb`, or a configured `1g.10gb`), so the
+profile is read from the type wherever it appears in it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from provisioner.domain.errors import InvalidArgument
+
+MIG_COMPUTE_SLICES = 7
+MIG_PROFILE_SLICES = (1, 2, 3, 4, 7)
+WHOLE_GPU_MILLI = 1000
+_MIG_TYPE = re.compile(r"(?:^|[^0-9])([1-7])g\.(\d+)gb", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """One MIG profile: compute slices (of 7) and memory in GB, as its name states them."""
+
+    slices: int
+    memory_gb: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.slices}g.{self.memory_gb}gb"
+
+    @property
+    def milli(self) -> int:
+        """The share of a whole GPU's compute it holds, in thousandths."""
+        return self.slices * WHOLE_GPU_MILLI // MIG_COMPUTE_SLICES
+
+
+def mig_profile_of(gres_type: str) -> MigProfile | None:
+    """The MIG profile a GRES type names (`1g.10gb`, `nvidia_a100_3g.40gb`), else None."""
+    m = _MIG_TYPE.search(gres_type)
+    if m is None:
+        return None
+    slices = int(m.group(1))
+    if slices not in MIG_PROFILE_SLICES:
+        return None
+    return MigProfile(slices=slices, memory_gb=int(m.group(2)))
+
+
+def slices_for_milli(milli: int) -> int:
+    """The smallest MIG profile's slices that hold `milli` thousandths of a GPU's compute:
+    a request of 470 needs 3.29 slices, so a 4g profile (5 and 6 slices have no profile)."""
+    if not 0 < milli <= WHOLE_GPU_MILLI:
+        raise InvalidArgument(f"gpu_milli {milli}: must be in 1..{WHOLE_GPU_MILLI}")
+    need = -(-milli * MIG_COMPUTE_SLICES // WHOLE_GPU_MILLI)  # ceiling, in whole numbers
+    return next(s for s in MIG_PROFILE_SLICES if s >= need)
