@@ -76,7 +76,8 @@ class TelemetryGuardStats:
 def node_hardware(store: ControllerStore, snap: ClusterSnapshot, node: str) -> NodeHardware | None:
     for n in snap.nodes:
         if n.name == node:
-            return NodeHardware(node, n.gpus, n.gpu_type, "slurm")
+            # physical GPUs: a MIG node's slices are not GPUs of their own
+            return NodeHardware(node, n.physical_gpus, n.gpu_type, "slurm")
     for inst in snap.instances:
         if inst.node_name == node and not inst.state.terminal:
             return NodeHardware(node, inst.gpus, inst.gpu_model, "instance")

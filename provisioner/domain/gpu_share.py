@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from provisioner.domain.errors import InvalidArgument
 
@@ -54,3 +55,59 @@ def slices_for_milli(milli: int) -> int:
         raise InvalidArgument(f"gpu_milli {milli}: must be in 1..{WHOLE_GPU_MILLI}")
     need = -(-milli * MIG_COMPUTE_SLICES // WHOLE_GPU_MILLI)  # ceiling, in whole numbers
     return next(s for s in MIG_PROFILE_SLICES if s >= need)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRequest:
+    """A job's request for parts of GPUs, as Slurm states it: `count` MIG devices of the GRES
+    type `gres_type` (`--gres=gpu:1g.10gb:2`), or `count` shards (`--gres=shard:2`, Slurm's
+    GPU-sharing GRES; `gres_type` names a GPU type when the request does). Counts are the
+    job's, over all its nodes."""
+
+    kind: Literal["mig", "shard"]
+    count: int
+    gres_type: str = ""
+
+    @property
+    def profile(self) -> MigProfile | None:
+        return mig_profile_of(self.gres_type) if self.kind == "mig" else None
+
+    @property
+    def label(self) -> str:
+        typed = f":{self.gres_type}" if self.gres_type else ""
+        return f"{'gpu' if self.kind == 'mig' else 'shard'}{typed}:{self.count}"
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevices:
+    """A node's MIG devices of one GRES type: how many, and how many jobs hold."""
+
+    gres_type: str
+    total: int
+    used: int = 0
+
+    @property
+    def profile(self) -> MigProfile | None:
+        return mig_profile_of(self.gres_type)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeShares:
+    """What a node offers in parts of GPUs: its MIG devices, and its shards over its GPUs.
+    `shards_per_gpu`: from Slurm's per-GPU figures (`shard:a100:3(3/4,0/4)`), else 0."""
+
+    mig: tuple[MigDevices, ...] = ()
+    shards: int = 0
+    shards_used: int | None = 0  # None: Slurm did not say (22.05 counts GPUs, not shards)
+    shards_per_gpu: int = 0
+
+    @property
+    def mig_gpus(self) -> int:
+        """Physical GPUs its MIG devices fill, at 7 slices to a GPU (a device whose type names
+        no profile counts as a GPU of its own)."""
+        slices = sum(d.total * (d.profile.slices if d.profile else 7) for d in self.mig)
+        return -(-slices // MIG_COMPUTE_SLICES)
+
+    @property
+    def mig_free(self) -> dict[str, int]:
+        return {d.gres_type: d.total - d.used for d in self.mig}

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from provisioner.domain.errors import InvalidArgument
+from provisioner.domain.gpu_share import ShareRequest
 
 
 class JobState(StrEnum):
@@ -53,6 +54,9 @@ class Job:
     # Allocated nodes that are still booting (Slurm's CONFIGURING): the job holds them but has
     # not started, and Slurm moves its start time to when they are up. No GPU time is its yet.
     configuring: bool = False
+    # Parts of GPUs asked for (MIG devices of one profile, or shards), beside `gpus` whole
+    # GPUs; None for a whole-GPU job. Not planned as whole GPUs.
+    share: ShareRequest | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 0:

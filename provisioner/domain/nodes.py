@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from provisioner.domain.gpu_share import NodeShares
+
 
 class NodeKind(StrEnum):
     ONPREM = "onprem"
@@ -64,6 +66,13 @@ class Node:
     address: str = ""
     # Slurm's Reason for a drained, down or failed node ("" when none): who set it and why
     reason: str = ""
+    # Its MIG devices and shards (parts of GPUs, not counted in `gpus`); None when it has none
+    shares: NodeShares | None = None
+
+    @property
+    def physical_gpus(self) -> int:
+        """Whole GPUs plus the GPUs its MIG devices are cut from (shards share whole GPUs)."""
+        return self.gpus + (self.shares.mig_gpus if self.shares is not None else 0)
 
     @property
     def gpus_free(self) -> int:

@@ -18,11 +18,13 @@ from datetime import datetime
 from typing import Any
 
 from provisioner.domain.errors import SnapshotError
+from provisioner.domain.gpu_share import NodeShares, ShareRequest, mig_profile_of
 from provisioner.domain.hostlist import HostlistError, expand_hostlist
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.naming import pool_of
 from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
+from provisioner.observe.slurm.gpu_shares import node_shares, scaled, split_tres
 
 CLOUD_FEATURE = "cloud"
 DEFAULT_CLOUD_PARTITIONS: frozenset[str] = frozenset({"cloud"})
@@ -130,37 +132,25 @@ def parse_gres(spec: str) -> tuple[GresItem, ...]:
 
 
 def gpus_of(items: Iterable[GresItem]) -> tuple[int, str]:
-    """Total GPU count and the GPU type (the first named one) of GRES items."""
+    """Whole GPUs and their type (the first named one) of GRES items: MIG devices are parts
+    of GPUs (see gpu_shares.py), not GPUs."""
     total = 0
     gtype = ""
     for it in items:
-        if it.name == "gpu":
+        if it.name == "gpu" and (not it.type or mig_profile_of(it.type) is None):
             total += it.count
             gtype = gtype or it.type
     return total, gtype
 
 
-_TRES_GPU = re.compile(r"(?:^|,)\s*(?:gres[:/])?gpu(?::([A-Za-z0-9_.\-]+))?[:=](\d+)")
-
-
 def parse_tres_gpus(spec: str) -> tuple[int, str]:
-    """GPU count and type in a TRES request string, any release's spelling:
+    """Whole GPUs and their type in a TRES request string, any release's spelling:
     `gres:gpu:2` (22.05), `gres/gpu:2` (23.x), `gres:gpu:a100:2`, `gres/gpu:a100:2`,
     `gres/gpu=2`, `gres/gpu:a100=2`, `cpu=1,mem=1000M,gres/gpu=4`. Typed and untyped entries for
-    the same request (`gres/gpu=2,gres/gpu:a100=2`) are not double-counted."""
-    if not spec or spec in ("(null)", "N/A"):
-        return 0, ""
-    typed = 0
-    untyped = 0
-    gtype = ""
-    for m in _TRES_GPU.finditer(spec):
-        t, c = m.group(1), int(m.group(2))
-        if t:
-            typed += c
-            gtype = gtype or t
-        else:
-            untyped += c
-    return (untyped if untyped else typed), gtype
+    the same request (`gres/gpu=2,gres/gpu:a100=2`) are not double-counted; MIG devices and
+    shards are parts of GPUs (split_tres)."""
+    whole, gtype, _ = split_tres(spec)
+    return whole, gtype
 
 
 # --------------------------------------------------------------------------- jobs
@@ -212,22 +202,24 @@ def _job_state(raw: Any, where: str) -> JobState:
     raise SnapshotError(f"{where}: unknown job_state {raw!r}")
 
 
-def _job_gpus(rec: Mapping[str, Any], nnodes: int) -> tuple[int, str]:
-    per_node, gtype = parse_tres_gpus(_text(rec.get("tres_per_node")))
-    if per_node:
-        return per_node * max(1, nnodes), gtype
-    per_job, gtype = parse_tres_gpus(_text(rec.get("tres_per_job")))
-    if per_job:
-        return per_job, gtype
-    per_task, gtype = parse_tres_gpus(_text(rec.get("tres_per_task")))
-    if per_task:
-        tasks = number(rec.get("tasks"), where="tasks") or 1.0
-        return per_task * int(tasks), gtype
+def _job_gpus(rec: Mapping[str, Any], nnodes: int) -> tuple[int, str, ShareRequest | None]:
+    """Whole GPUs, their type, and any parts of GPUs the job asks for, over all its nodes."""
+    per_node, gtype, share = split_tres(_text(rec.get("tres_per_node")))
+    if per_node or share:
+        times = max(1, nnodes)
+        return per_node * times, gtype, scaled(share, times)
+    per_job, gtype, share = split_tres(_text(rec.get("tres_per_job")))
+    if per_job or share:
+        return per_job, gtype, share
+    per_task, gtype, share = split_tres(_text(rec.get("tres_per_task")))
+    if per_task or share:
+        tasks = int(number(rec.get("tasks"), where="tasks") or 1.0)
+        return per_task * tasks, gtype, scaled(share, tasks)
     # a running job's allocation, then the request string
-    alloc, gtype = parse_tres_gpus(_text(rec.get("tres_alloc_str")))
-    if alloc:
-        return alloc, gtype
-    return parse_tres_gpus(_text(rec.get("tres_req_str")))
+    alloc, gtype, share = split_tres(_text(rec.get("tres_alloc_str")))
+    if alloc or share:
+        return alloc, gtype, share
+    return split_tres(_text(rec.get("tres_req_str")))
 
 
 def parse_job(rec: Mapping[str, Any]) -> Job:
@@ -258,7 +250,7 @@ def parse_job(rec: Mapping[str, Any]) -> Job:
     except HostlistError as exc:
         raise SnapshotError(f"{where}: nodes: {exc}") from None
     nnodes = int(number(rec.get("node_count"), where=f"{where}: node_count") or 0) or len(nodes)
-    gpus, gtype = _job_gpus(rec, nnodes or 1)
+    gpus, gtype, share = _job_gpus(rec, nnodes or 1)
     limit_min = number(rec.get("time_limit"), where=f"{where}: time_limit")
     start = _epoch(rec.get("start_time"), where=f"{where}: start_time")
     end = _epoch(rec.get("end_time"), where=f"{where}: end_time")
@@ -274,6 +266,7 @@ def parse_job(rec: Mapping[str, Any]) -> Job:
         user=_text(rec.get("user_name")),
         qos=_text(rec.get("qos")),
         gpu_type=gtype,
+        share=share,
         time_limit_s=limit_min * 60.0 if limit_min is not None else None,
         state=state,
         start_ts=start if started else None,
@@ -398,6 +391,7 @@ def _build_node(
     cloud_partitions: Collection[str],
     address: str = "",
     reason: str = "",
+    shares: NodeShares | None = None,
 ) -> Node:
     """The Node both readers (JSON and `scontrol -o`) build from the fields they extracted."""
     state = map_node_state(flags)
@@ -416,6 +410,7 @@ def _build_node(
         idle_since_ts=last_busy if state is NodeState.IDLE else None,
         address=address,
         reason=reason,
+        shares=shares,
     )
 
 
@@ -443,8 +438,9 @@ def parse_node(
     else:
         raise SnapshotError(f"{where}: state missing ({raw_state!r})")
     flags = {s.upper() for s in words}
-    gpus, gtype = gpus_of(parse_gres(_text(rec.get("gres"))))
-    used, _ = gpus_of(parse_gres(_text(rec.get("gres_used"))))
+    gres, gres_used = _text(rec.get("gres")), _text(rec.get("gres_used"))
+    gpus, gtype = gpus_of(parse_gres(gres))
+    used, _ = gpus_of(parse_gres(gres_used))
     partitions = tuple(_text(p) for p in rec.get("partitions") or [])
     features = _features(rec.get("active_features") or rec.get("features"))
     weight = number(rec.get("weight"), where=f"{where}: weight")
@@ -463,6 +459,7 @@ def parse_node(
         cloud_partitions=cloud_partitions,
         address=address,
         reason=node_reason(_text(rec.get("reason"))),
+        shares=node_shares(gres, gres_used),
     )
 
 
@@ -579,6 +576,7 @@ def parse_scontrol_nodes(
                 cloud_partitions=cloud_partitions,
                 address=kv.get("NodeAddr", "").strip(),
                 reason=node_reason(kv.get("Reason", "")),
+                shares=node_shares(kv.get("Gres", ""), kv.get("GresUsed", "")),
             )
         )
     return tuple(nodes)
