@@ -32,6 +32,9 @@
 #
 # Tunables (env), defaults sized for fast tests:
 #   N_ONPREM=2 ONPREM_GPUS=4 N_CLOUD=4 CLOUD_GPUS=8 CLOUD_PREFIX=cloud-aws
+#   ONPREM_MIG=TYPE:COUNT  each on-prem node also has COUNT MIG devices of GRES type TYPE (e.g.
+#              1g.10gb:7, one GPU's slices), fake device files like its GPUs (docs/slurm.md)
+#   ONPREM_SHARDS=N  each on-prem node also has N shards (Slurm's GPU-sharing GRES) over its GPUs
 #   CLOUD_FEATURES=cloud,aws,us-east-1,spot CLOUD_WEIGHT=100 ONPREM_WEIGHT=1
 #   NODE_CPUS=2 NODE_MEM=1000 GPU_TYPE=a100
 #   SUSPEND_TIME=10 SUSPEND_TIMEOUT=5 RESUME_TIMEOUT=45 SLURMD_TIMEOUT=60
@@ -191,6 +194,15 @@ if [ "$SLURM_SERIES" = 24.11 ]; then   # JWT signing key for `scontrol token` an
 fi
 maxg=$(( ONPREM_GPUS > CLOUD_GPUS ? ONPREM_GPUS : CLOUD_GPUS ))
 for ((i=0;i<maxg;i++)); do ln -sfn /dev/null "$DIR/dev/nvidia$i"; done
+ONPREM_MIG=${ONPREM_MIG:-}; ONPREM_SHARDS=${ONPREM_SHARDS:-0}
+MIG_TYPE=${ONPREM_MIG%%:*}; MIG_COUNT=0; [ -n "$ONPREM_MIG" ] && MIG_COUNT=${ONPREM_MIG##*:}
+# Slurm wants one device file per GRES device; a MIG device's own files are NVIDIA's
+# /dev/nvidia-caps/*, which Slurm only passes on (MultipleFiles=), so a link stands in for each.
+for ((i=0;i<MIG_COUNT;i++)); do ln -sfn /dev/null "$DIR/dev/nvidia-mig$i"; done
+ONPREM_GRES="gpu:$GPU_TYPE:$ONPREM_GPUS"
+[ "$MIG_COUNT" -gt 0 ] && ONPREM_GRES+=",gpu:$MIG_TYPE:$MIG_COUNT"
+[ "$ONPREM_SHARDS" -gt 0 ] && ONPREM_GRES+=",shard:$ONPREM_SHARDS"
+GRES_TYPES=gpu; [ "$ONPREM_SHARDS" -gt 0 ] && GRES_TYPES=gpu,shard
 
 ONPREM_NODES=(); CLOUD_NODES=()
 for ((i=1;i<=N_ONPREM;i++)); do ONPREM_NODES+=("onprem-$i"); done
@@ -260,7 +272,7 @@ MpiDefault=none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
-GresTypes=gpu
+GresTypes=$GRES_TYPES
 ReturnToService=2
 SlurmdTimeout=$SLURMD_TIMEOUT
 $SLURMD_PARAMS
@@ -285,7 +297,7 @@ EOF
 echo "# on-prem nodes: one slurmd per NodeName on this host, told apart by Port"
 local p=$((PORT_BASE+10)) n
 for n in "${ONPREM_NODES[@]}"; do
-  echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$HOST Port=$p CPUs=$NODE_CPUS RealMemory=$NODE_MEM Gres=gpu:$GPU_TYPE:$ONPREM_GPUS Feature=onprem Weight=$ONPREM_WEIGHT State=UNKNOWN"
+  echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$HOST Port=$p CPUs=$NODE_CPUS RealMemory=$NODE_MEM Gres=$ONPREM_GRES Feature=onprem Weight=$ONPREM_WEIGHT State=UNKNOWN"
   p=$((p+1)); done
 echo "# burst nodes (same shape as provisioner.register.slurm_conf renders, plus a Port each)"
 p=$((PORT_BASE+40))
@@ -303,7 +315,11 @@ write_if_changed "$DIR/etc/slurm.conf" < <(gen_slurm_conf)
 gen_gres_conf() {
 echo "AutoDetect=off"
 local n
-for n in "${ONPREM_NODES[@]}"; do echo "NodeName=$n Name=gpu Type=$GPU_TYPE File=$DIR/dev/nvidia[0-$((ONPREM_GPUS-1))]"; done
+for n in "${ONPREM_NODES[@]}"; do
+  echo "NodeName=$n Name=gpu Type=$GPU_TYPE File=$DIR/dev/nvidia[0-$((ONPREM_GPUS-1))]"
+  [ "$MIG_COUNT" -gt 0 ] && echo "NodeName=$n Name=gpu Type=$MIG_TYPE File=$DIR/dev/nvidia-mig[0-$((MIG_COUNT-1))]"
+  [ "$ONPREM_SHARDS" -gt 0 ] && echo "NodeName=$n Name=shard Count=$ONPREM_SHARDS File=$DIR/dev/nvidia[0-$((ONPREM_GPUS-1))]"
+done
 for n in "${CLOUD_NODES[@]}";  do
   if [ "$BURST_NODES" = hosts ]; then echo "NodeName=$n Name=gpu Type=$GPU_TYPE File=/dev/nvidia[0-$((CLOUD_GPUS-1))]"
   else echo "NodeName=$n Name=gpu Type=$GPU_TYPE File=$DIR/dev/nvidia[0-$((CLOUD_GPUS-1))]"; fi
