@@ -47,6 +47,8 @@ def build_profile(snapshot: ClusterSnapshot, policy: Policy, now: float) -> OnPr
     index = {n.name: i for i, n in enumerate(onprem)}
     holds: dict[int, list[tuple[float, int]]] = {}  # node -> (end, GPUs) of its running jobs
     for job in snapshot.running:
+        if not job.gpus:  # parts of GPUs only (MIG devices, shards): no whole GPU held
+            continue
         if len(job.nodes) == 1:  # most jobs: skip building a list to find their node
             idx = index.get(job.nodes[0])
             on = [] if idx is None else [idx]

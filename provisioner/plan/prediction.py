@@ -19,6 +19,7 @@ from provisioner.domain.plan import ReasonCode, ReleaseJobs
 from provisioner.plan.planning_pass import JobClass, PlanningPass, planned_runtime, runtime_detail
 from provisioner.plan.profile import INF, OnPremProfile, Placement
 from provisioner.plan.ranking import Candidate
+from provisioner.plan.share_profile import build_share_profiles, wait_for_share
 
 
 class BurstingJob(NamedTuple):
@@ -109,6 +110,7 @@ def predict(p: PlanningPass, prof: OnPremProfile) -> Bursting:
     now = p.now
     onprem_total = prof.total_gpus  # a sum over the nodes: once per pass, not once per job
     classes: dict[tuple[str, str], JobClass] = {}
+    shares: dict[str, OnPremProfile] | None = None  # built on the first job asking for parts
     for job in queue_order(p.snap.pending):
         if not job.can_start(now):
             if not (job.launch_failed and release(p, job)):
@@ -122,6 +124,11 @@ def predict(p: PlanningPass, prof: OnPremProfile) -> Bursting:
         if est is None:
             est = job.time_limit_s
         runtime = jc.default_runtime_s if est is None else est
+        if job.share is not None and not job.gpus:  # parts of GPUs only: see share_profile.py
+            if shares is None:
+                shares = build_share_profiles(p.snap, p.policy, now)
+            wait_for_share(p, shares, job, runtime)
+            continue
         model = job.gpu_type.lower() if job.gpu_type else p.onprem_model
         onprem_ok = jc.runs_onprem and model in p.onprem_models
         placement = prof.earliest(job.gpus, now, runtime, now) if onprem_ok else None
