@@ -43,7 +43,7 @@ def test_spot_needs_a_spot_price_and_fractions_never_fit() -> None:
 
 def test_pinned_catalog_loads_normalised_offers() -> None:
     cat = load_catalog()
-    assert len(cat) == 1854
+    assert len(cat) == 1882
     p4d = [o for o in cat if o.instance_type == "p4d.24xlarge" and o.region == "us-east-1"]
     assert len(p4d) == 1
     o = p4d[0]
@@ -53,6 +53,10 @@ def test_pinned_catalog_loads_normalised_offers() -> None:
     assert o.spot_interruption_pct_max is not None
     assert all(x.spot_interruption_pct_max is None for x in cat if x.cloud == "gcp")
     assert len(cat.for_model("a100")) == 375
+    # GCP T4 on N1 hosts (issue 32): the host's price plus the T4's, us-central1
+    t4 = {o.instance_type: o for o in cat.for_model("t4") if o.region == "us-central1"}
+    assert t4["n1-standard-4"].ondemand_usd_hr == Decimal("0.19") + Decimal("0.35")
+    assert t4["n1-standard-32"].gpus_per_node == 4
 
 
 def test_catalog_errors_name_file_line_and_column(tmp_path: Path) -> None:
