@@ -596,6 +596,96 @@ def test_gpus_page_lists_every_gpu_paid_for_onprem_and_cloud_by_node(db_url):
     assert 'href="/jobs?ran_on=cloud-1">4</a>' in page
 
 
+def test_gpus_page_shows_mig_slices_with_their_jobs_and_memory(db_url):
+    """Issue 32: a node with 2 whole GPUs and one GPU cut into 7 MIG slices (Slurm: 7 devices of
+    1g.10gb, 2 held; 8 shards). Its agent reports GPU 2 in MIG mode with two instances, job 7 on
+    instance 1; job 7 asks Slurm for one 1g.10gb device. By hand: 3 physical GPUs, each slice's
+    memory, no utilisation for a slice."""
+    from datetime import UTC, datetime
+
+    from api_helpers import NOW, POLICY
+    from fastapi.testclient import TestClient
+
+    from provisioner.api.app import ApiDeps, create_app
+    from provisioner.api.auth import create_token
+    from provisioner.clock import ManualClock
+    from provisioner.domain.gpu_share import MigDevices, NodeShares, ShareRequest
+    from provisioner.domain.jobs import Job, JobState
+    from provisioner.domain.nodes import Node, NodeKind, NodeState
+    from provisioner.domain.snapshot import ClusterSnapshot
+    from provisioner.domain.telemetry import GpuReading, GpuTelemetry, MigInstance
+    from provisioner.store import Store
+
+    store = Store(db_url)
+    shares = NodeShares(mig=(MigDevices("1g.10gb", 7, 2),), shards=8, shards_used=None)
+    snap = ClusterSnapshot(
+        taken_ts=NOW,
+        jobs=(
+            Job(
+                "7",
+                0,
+                NOW - 500,
+                account="nlp",
+                nodes=("gpu-01",),
+                state=JobState.RUNNING,
+                start_ts=NOW - 100,
+                share=ShareRequest("mig", 1, "1g.10gb"),
+            ),
+        ),
+        nodes=(Node("gpu-01", NodeKind.ONPREM, 2, 0, state=NodeState.MIXED, shares=shares),),
+    )
+    payload = GpuTelemetry(
+        node="gpu-01",
+        sampled_ts=NOW - 5,
+        gpus=(
+            *(GpuReading(index=i, uuid=f"GPU-{i}", util_pct=10.0) for i in range(2)),
+            GpuReading(index=2, uuid="GPU-2", mig_enabled=True),
+        ),
+        mig_instances=(
+            MigInstance(
+                gpu_index=2,
+                gpu_instance_id=1,
+                profile="1g.10gb",
+                mem_used_mib=4096,
+                mem_total_mib=9984,
+                jobs=("7",),
+            ),
+            MigInstance(
+                gpu_index=2,
+                gpu_instance_id=2,
+                profile="1g.10gb",
+                mem_used_mib=0,
+                mem_total_mib=9984,
+            ),
+        ),
+    )
+    store.upsert_telemetry("gpu-01", payload.to_gpu_samples(), NOW)
+    store.put_telemetry_payload("gpu-01", NOW - 5, NOW, payload.model_dump(mode="json"), {})
+    deps = ApiDeps(store=store, clock=ManualClock(datetime.fromtimestamp(NOW, UTC)),
+                   snapshot=lambda: snap, policy=POLICY)  # fmt: skip
+    client = TestClient(create_app(deps))
+    client.post("/login", data={"token": create_token(store, "viewer", "v", NOW)})
+    page = client.get("/gpus").text
+    client.close()
+    store.close()
+    assert 'data-onprem="3"' in page  # 2 whole GPUs + the one the slices are cut from
+    rows = re.findall(r'<tr data-node="gpu-01" data-gpu="(\d+)"', page)
+    assert rows == ["0", "1", "2"]
+    slices = re.findall(
+        r'data-gpu="2" data-slice="(\d+)">.*?MIG 1g.10gb: (.*?)</td>.*?data-field="util_pct">n/a'
+        r'.*?data-field="slice-mem">([\d,]+) / ([\d,]+) MiB',
+        page,
+        re.S,
+    )
+    assert [(i, "7" in jobs, used, total) for i, jobs, used, total in slices] == [
+        ("1", True, "4,096", "9,984"),
+        ("2", False, "0", "9,984"),
+    ]
+    assert 'id="mig-note"' in page and "no utilisation per MIG instance" in page
+    assert "7 MIG 1g.10gb (5 free), 8 shards (use not reported by this Slurm)" in page
+    assert "(gpu:1g.10gb:1)" in page
+
+
 def test_a_job_and_an_instance_page_list_the_rows_their_dollars_sum(fresh: Env):
     """Drill-down: job 555 (hand-written ledger rows: 2 x $2.730556) links its instance i-1;
     i-1's page shows its lifecycle (seed: requested, allocated, ready), its bill at its price,
