@@ -144,3 +144,23 @@ def test_foreign_job_tags_are_dropped_and_counted_and_the_rest_stands():
     assert kept.gpus[0].util_pct == 0.0 and kept.node == "gpu-1"
     same, none = drop_foreign_job_tags(s, {"101", "999", "998"})
     assert same is s and none == 0
+
+
+def test_a_mig_and_shard_node_is_bounded_by_its_physical_gpus_as_slurm_declares_them():
+    # Slurm: 2 whole A100s, 7 devices of 1g.10gb (one GPU's slices) and 8 shards: 3 physical
+    # GPUs, not 2 (whole ones) nor 9 (every GPU GRES) nor 10 (shards counted too)
+    from provisioner.api.telemetry_guard import node_hardware
+    from provisioner.domain.snapshot import ClusterSnapshot
+    from provisioner.observe.slurm.parse import parse_scontrol_nodes
+
+    nodes = parse_scontrol_nodes(
+        "NodeName=gpu-1 Gres=gpu:a100:2,gpu:1g.10gb:7,shard:a100:8,shard:1g.10gb:0 "
+        "State=IDLE Partitions=onprem ActiveFeatures=onprem"
+    )
+    hw = node_hardware(None, ClusterSnapshot(taken_ts=T0, nodes=nodes), "gpu-1")  # type: ignore[arg-type]
+    assert hw is not None and hw.gpus == 3
+    three = sample([{"index": 0}, {"index": 1}, {"index": 2, "mig_enabled": True}])
+    assert hardware_refusal(three, hw, shipped_board_power(), SITE_MAX_W) is None
+    four = sample([{"index": i} for i in range(4)])
+    r = hardware_refusal(four, hw, shipped_board_power(), SITE_MAX_W)
+    assert r is not None and r.rule == "gpu_count"
