@@ -34,8 +34,12 @@ def overlap(a: float, b: float, start: float, end: float | None) -> float:
 
 
 def shares_of(usages: Sequence[JobUsage], a: float, b: float, gpus: int) -> list[Share]:
-    """Each usage's GPU-seconds in [a, b) on a node of `gpus` GPUs; usages with none left out."""
-    shares = [Share(u, min(u.gpus, gpus) * overlap(a, b, u.start_ts, u.end_ts)) for u in usages]
+    """Each usage's GPU-seconds in [a, b) on a node of `gpus` GPUs, parts of GPUs at their share
+    of a GPU (a slice is priced at its part of the node, never below); usages with none left
+    out."""
+    shares = [
+        Share(u, min(u.gpu_weight, gpus) * overlap(a, b, u.start_ts, u.end_ts)) for u in usages
+    ]
     return [s for s in shares if s.weight > 0]
 
 
@@ -159,16 +163,18 @@ def allocate_onprem(
     *,
     team_for: Callable[[str], str] = lambda account: account,
 ) -> LedgerEntry | None:
-    """On-prem: amortised $/GPU-h × the job's GPU-seconds in [a, b)."""
+    """On-prem: amortised $/GPU-h × the job's GPU-seconds in [a, b), parts of GPUs at their
+    share of a GPU."""
     secs = overlap(a, b, usage.start_ts, usage.end_ts)
-    if secs <= 0 or usage.gpus <= 0:
+    if secs <= 0 or usage.gpu_weight <= 0:
         return None
-    gpu_seconds = usage.gpus * secs
+    gpu_seconds = usage.gpu_weight * secs
+    held = usage.gpus + Decimal(repr(usage.part_gpus))
     return LedgerEntry(
         start_ts=max(a, usage.start_ts),
         end_ts=min(b, usage.end_ts if usage.end_ts is not None else b),
         kind=LedgerKind.ONPREM,
-        cost=cost_for_seconds(usd_per_gpu_hour * usage.gpus, secs),
+        cost=cost_for_seconds(usd_per_gpu_hour * held, secs),
         pool=usage.pool or "onprem",
         node_name=usage.node_name,
         **job_fields(usage, team_for),

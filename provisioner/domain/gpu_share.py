@@ -111,3 +111,19 @@ class NodeShares:
     @property
     def mig_free(self) -> dict[str, int]:
         return {d.gres_type: d.total - d.used for d in self.mig}
+
+
+def part_of_gpus(
+    share: ShareRequest, nodes: int, where: NodeShares | None, whole_gpus: int
+) -> float:
+    """The share of one GPU a job's request holds on each of its `nodes` nodes: a MIG device
+    its profile's slices of 7; a shard one of its GPU's shards (Slurm's per-GPU count, else the
+    node's shards over its whole GPUs). 0 when the node's shards are not known."""
+    per_node = share.count / max(1, nodes)
+    if share.kind == "mig":
+        p = share.profile
+        return per_node * (p.slices if p is not None else MIG_COMPUTE_SLICES) / MIG_COMPUTE_SLICES
+    if where is None or not where.shards:
+        return 0.0
+    per_gpu = where.shards_per_gpu or where.shards / max(1, whole_gpus)
+    return min(per_node / per_gpu, float(max(1, whole_gpus)))

@@ -185,13 +185,21 @@ class JobUsage:
     user: str = ""
     usage_id: int | None = None
     billed_until_ts: float | None = None
+    # Parts of GPUs it holds beside `gpus` whole ones, as a share of one GPU: 1/7 for a one-slice
+    # MIG device, 3/4 for 3 shards of a GPU split in 4 (observe/slurm/usage.py)
+    part_gpus: float = 0.0
+
+    @property
+    def gpu_weight(self) -> float:
+        """The GPUs it holds, whole and in parts: what its node's price is split by."""
+        return self.gpus + self.part_gpus
 
     def gpu_seconds(self, until_ts: float | None = None) -> float:
         """GPU time used so far: to the end, or to `until_ts` while it runs."""
         end = self.end_ts if self.end_ts is not None else until_ts
         if end is None:
             return 0.0
-        return max(0.0, end - self.start_ts) * self.gpus
+        return max(0.0, end - self.start_ts) * self.gpu_weight
 
 
 class LedgerKind(StrEnum):

@@ -93,6 +93,7 @@ class LedgerStore(StoreBase, Ledger):
                     row = JobUsageRow(job_id=u.job_id, node_name=u.node_name, start_ts=u.start_ts)
                     s.add(row)
                 row.gpus = u.gpus
+                row.part_gpus = u.part_gpus
                 row.end_ts = u.end_ts
                 row.instance_id = u.instance_id
                 row.pool = u.pool
@@ -486,6 +487,7 @@ def _usage(r: JobUsageRow) -> JobUsage:
         user=r.user,
         usage_id=r.id,
         billed_until_ts=r.billed_until_ts,
+        part_gpus=r.part_gpus or 0.0,
     )
 
 

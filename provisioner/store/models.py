@@ -247,6 +247,8 @@ class JobUsageRow(Base):
     user: Mapped[str] = mapped_column(String(128), default="")
     # On-prem accounting watermark (cloud usage is billed through its instance).
     billed_until_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Parts of GPUs held beside the whole ones, as a share of one GPU (MIG devices, shards)
+    part_gpus: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class LedgerRow(Base):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -142,6 +143,16 @@ def test_job_usage_upsert_and_end(store):
     assert got.end_ts == T0 + 100
     assert store.job_usage(overlapping=(T0 + 100, T0 + 200)) == []
     assert len(store.job_usage(overlapping=(T0 + 50, T0 + 200))) == 1
+
+
+def test_job_usage_keeps_the_parts_of_gpus_a_job_holds(store):
+    # a one-slice MIG device: 1/7 of a GPU, beside no whole GPU (issue 32)
+    u = JobUsage("43", "gpu-01", 0, T0, part_gpus=1 / 7)
+    store.record_job_usage([u])
+    (got,) = store.job_usage(node_name="gpu-01")
+    assert got.gpus == 0 and got.part_gpus == 1 / 7
+    store.record_job_usage([replace(u, part_gpus=3 / 7)])  # an update keeps the newest
+    assert store.job_usage(node_name="gpu-01")[0].part_gpus == 3 / 7
 
 
 def test_budgets_sync_replaces(store):

@@ -21,6 +21,7 @@ from typing import Any
 
 from provisioner.command_runner import CommandRunner, run_observed
 from provisioner.domain.errors import SnapshotError
+from provisioner.domain.gpu_share import part_of_gpus
 from provisioner.domain.hostlist import HostlistError, expand_hostlist
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node
@@ -64,8 +65,22 @@ class UsageTracker:
         return tuple(r for recs in self._open.values() for r in recs)
 
     def _records(
-        self, job: Job, start: float, end: float | None, parts: Mapping[str, Sequence[str]]
+        self,
+        job: Job,
+        start: float,
+        end: float | None,
+        parts: Mapping[str, Sequence[str]],
+        hw: Mapping[str, Node] | None = None,
     ) -> tuple[JobUsage, ...]:
+        hw = hw or {}
+
+        def part(node: str) -> float:
+            if job.share is None:
+                return 0.0
+            n = hw.get(node)
+            shares, whole = (n.shares, n.gpus) if n is not None else (None, 0)
+            return part_of_gpus(job.share, len(job.nodes), shares, whole)
+
         return tuple(
             JobUsage(
                 job_id=job.job_id,
@@ -76,6 +91,7 @@ class UsageTracker:
                 account=job.account,
                 partition=_used_partition(job.partition, node, parts),
                 user=job.user,
+                part_gpus=part(node),
             )
             for node, g in split_gpus(job.gpus, job.nodes)
         )
@@ -84,7 +100,8 @@ class UsageTracker:
         self, jobs: Iterable[Job], now_ts: float, nodes: Iterable[Node] = ()
     ) -> tuple[JobUsage, ...]:
         """Feed one pass's jobs; returns the records that closed in this pass."""
-        parts = {n.name: n.partitions for n in nodes}
+        hw = {n.name: n for n in nodes}
+        parts = {name: n.partitions for name, n in hw.items()}
         seen = {j.job_id: j for j in jobs}
         closed: list[JobUsage] = []
         # 1. open records whose job stopped running: close with Slurm's end time, else now
@@ -107,7 +124,7 @@ class UsageTracker:
                 start = job.start_ts if job.start_ts is not None else now_ts
                 prev = self._open.get(job.job_id)
                 if prev is None or prev[0].start_ts != start:
-                    self._open[job.job_id] = self._records(job, start, None, parts)
+                    self._open[job.job_id] = self._records(job, start, None, parts, hw)
             # 3. a job that started and ended between two passes
             elif (
                 job.state in _FINISHED
@@ -117,7 +134,7 @@ class UsageTracker:
                 and job.job_id not in self._open
             ):
                 end = job.end_ts if job.end_ts is not None else now_ts
-                closed.extend(self._records(job, job.start_ts, max(end, job.start_ts), parts))
+                closed.extend(self._records(job, job.start_ts, max(end, job.start_ts), parts, hw))
                 self._done.add((job.job_id, job.start_ts))
         # forget finished jobs Slurm no longer lists (they cannot come back)
         self._done = {k for k in self._done if k[0] in seen}
