@@ -84,8 +84,32 @@ run_agent() {
 
 run_agent "agent --once (Prometheus text)" --once
 RC_TEXT=$?
-run_agent "agent --once --json (push payload)" --once --json
-RC_JSON=$?
+JSON_OUT="${TMPDIR:-/tmp}/nvml-device-check-payload.json"
+run_agent "agent --once --json (push payload)" --once --json | tee "$JSON_OUT"
+RC_JSON=${PIPESTATUS[0]}
+
+# MIG, read only: each GPU's current and pending MIG mode as nvidia-smi queries them, and the MIG
+# instances the agent read through NVML (profile, memory). Nothing here changes a mode or an
+# instance: `--query-gpu` only reads, and the agent only calls NVML getters.
+section "MIG (read only)"
+if command -v nvidia-smi >/dev/null 2>&1; then
+    timeout 20 nvidia-smi --query-gpu=index,name,mig.mode.current,mig.mode.pending \
+        --format=csv || echo "(nvidia-smi --query-gpu failed: rc=$?)"
+fi
+"$PY" - "$JSON_OUT" <<'PY' || echo "(no payload to read MIG from)"
+import json, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+if "{" not in text:
+    sys.exit(1)
+doc = json.loads(text[text.index("{"):text.rindex("}") + 1])
+for g in doc.get("gpus", []):
+    print(f"GPU {g.get('index')}: mig_enabled={g.get('mig_enabled')}")
+migs = doc.get("mig_instances", [])
+print(f"MIG instances: {len(migs)}")
+for m in migs:
+    print(f"  GPU {m.get('gpu_index')} GI {m.get('gpu_instance_id')} {m.get('profile')}"
+          f" mem {m.get('mem_used_mib')}/{m.get('mem_total_mib')} MiB jobs {m.get('jobs')}")
+PY
 # Two samples through the serving loop (Xid event registration included), no controller, no port.
 run_agent "agent: two samples via the loop" --count 2 --interval 1 --listen off
 RC_LOOP=$?
