@@ -90,7 +90,9 @@ from provisioner.demo.chaos_faults import (
     inject_gce_fault,
 )
 from provisioner.domain.errors import NotKnown, SnapshotError
+from provisioner.domain.gpu_share import ShareRequest
 from provisioner.domain.jobs import JobState
+from provisioner.domain.nodes import NodeKind
 from provisioner.domain.snapshot import ClusterSnapshot
 
 FAULT_KINDS = (
@@ -111,6 +113,8 @@ FAULT_KINDS = (
 # The clouds' field behaviour (FIELD_FAULTS, docs/clouds.md) is drawn from a stream of its
 # own, so the other kinds keep the draws they always had.
 TICK_S = 60.0
+MIG_TYPE = "1g.10gb"  # the on-prem node's MIG devices, and what the share jobs ask for
+SHARE_JOBS = 3  # per seed
 GRACE_S = 180.0
 IDLE_TIMEOUT_S = 300.0
 POOL = "burst"
@@ -139,6 +143,7 @@ class SoakResult:
     checks: int = 0
     violations: list[str] = field(default_factory=list)
     jobs: int = 0
+    share_jobs: int = 0  # of MIG devices only, beside `jobs` (issue 32)
     instances: int = 0
     gcp_instances: int = 0  # of `instances`, the ones on GCP
     kills: int = 0
@@ -226,6 +231,7 @@ class Soak:
             self.clock,
             onprem_nodes=1,
             gpus_per_node=8,
+            onprem_mig=(MIG_TYPE, 7),  # and one GPU's 7 slices: jobs asking for parts of GPUs
             burst=[
                 BurstPartition(POOL, "cloud", 3, gpus=8, features=("cloud", "aws")),
                 BurstPartition(GCP_POOL, "cloud", 2, gpus=8, features=("cloud", "gcp")),
@@ -280,6 +286,21 @@ class Soak:
                 time_limit_s=2400.0,
             )
         self.result.jobs = len(window)
+        # Jobs on MIG devices, from a stream of their own (the other draws of a seed stay as
+        # they were): 1-3 devices, 5-15 min, in the first third. They run on-prem only.
+        rng = random.Random(f"shares-{self.seed}")
+        for k in range(SHARE_JOBS):
+            self.fake.submit(
+                0,
+                rng.uniform(300.0, 900.0),
+                submit_ts=self.t0 + rng.uniform(0.0, self.steps * TICK_S / 3),
+                partition="onprem",
+                account="acct-s",
+                user=f"s{k}",
+                time_limit_s=2400.0,
+                share=ShareRequest("mig", rng.randint(1, 3), MIG_TYPE),
+            )
+        self.result.share_jobs = SHARE_JOBS
 
     def _policy(self) -> Any:
         from provisioner.config.loader import policy_from_mapping
@@ -682,6 +703,8 @@ class Soak:
         for j in self.fake.jobs.values():
             if j.completions > 1:
                 self._violation(f"job {j.job_id} completed {j.completions} times")
+            if j.share is not None and j.node and self.fake.nodes[j.node].kind is NodeKind.BURST:
+                self._violation(f"job {j.job_id} on MIG devices ran on burst node {j.node}")
         # each requeue is judged once, right after the pass that made it, against the
         # bindings of that moment (a node is bound to other instances later)
         by_node_gone = self._nodes_taken_by_cloud()
@@ -974,6 +997,7 @@ def run_seeds(
         "violations": sum(len(r.violations) for r in results),
         "violation_texts": [f"seed {r.seed}: {v}" for r in results for v in r.violations][:20],
         "jobs": sum(r.jobs for r in results),
+        "share_jobs": sum(r.share_jobs for r in results),
         "instances": sum(r.instances for r in results),
         "gcp_instances": sum(r.gcp_instances for r in results),
         "kills": sum(r.kills for r in results),

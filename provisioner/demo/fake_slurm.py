@@ -31,6 +31,7 @@ from typing import Literal
 
 from provisioner.clock import Clock
 from provisioner.domain.errors import InvalidArgument
+from provisioner.domain.gpu_share import MigDevices, NodeShares, ShareRequest
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.naming import burst_node_name
@@ -59,6 +60,7 @@ class FakeJob:
     node: str = ""
     ran_in: str = ""
     completions: int = 0  # the chaos soak checks each job completes exactly once
+    share: ShareRequest | None = None  # MIG devices instead of whole GPUs (then gpus is 0)
 
 
 @dataclass
@@ -82,6 +84,9 @@ class FakeNode:
     reason: str = ""
     machine: str = ""  # the instance whose boot made this node (the VM knows who it is)
     address: str = ""  # NodeAddr, as `scontrol update nodeaddr=` set it
+    # MIG devices beside its whole GPUs (GRES type, count); a job on them is in `alloc` with 0
+    mig_type: str = ""
+    mig_devices: int = 0
 
     @property
     def used(self) -> int:
@@ -123,6 +128,7 @@ class FakeSlurm:
         gpu_type: str = "a100",
         onprem_partition: str = "onprem",
         burst: Sequence[BurstPartition] = (),
+        onprem_mig: tuple[str, int] | None = None,
         boot_s: float = 120.0,
         resume_timeout_s: float = 600.0,
         suspend_timeout_s: float = 60.0,
@@ -139,6 +145,8 @@ class FakeSlurm:
             self.nodes[name] = FakeNode(
                 name, NodeKind.ONPREM, gpus_per_node, onprem_partition, gpu_type, ("onprem",)
             )
+            if onprem_mig is not None:  # each on-prem node also has these MIG devices
+                self.nodes[name].mig_type, self.nodes[name].mig_devices = onprem_mig
         for b in burst:
             for i in range(1, b.count + 1):
                 name = burst_node_name(b.pool, i)
@@ -177,14 +185,19 @@ class FakeSlurm:
         user: str = "",
         time_limit_s: float | None = None,
         name: str = "",
+        share: ShareRequest | None = None,
     ) -> str:
-        """Queue a job (now, or when the clock reaches `submit_ts`). Returns its id."""
-        if gpus < 1 or gpus > max(n.gpus for n in self.nodes.values()):
+        """Queue a job (now, or when the clock reaches `submit_ts`). Returns its id. A job with
+        a `share` asks for MIG devices only (gpus 0)."""
+        if share is not None:
+            if gpus or share.kind != "mig" or share.count < 1:
+                raise InvalidArgument("the fake cluster runs MIG jobs of devices only")
+        elif gpus < 1 or gpus > max(n.gpus for n in self.nodes.values()):
             raise InvalidArgument(f"the fake cluster runs single-node jobs only ({gpus} GPUs)")
         jid = str(next(self._ids))
         ts = self._t if submit_ts is None else submit_ts
         self.jobs[jid] = FakeJob(
-            jid, gpus, ts, duration_s, partition, account, user, time_limit_s, name
+            jid, gpus, ts, duration_s, partition, account, user, time_limit_s, name, share=share
         )
         heapq.heappush(self._future, (ts, next(self._seq), jid))
         return jid
@@ -408,6 +421,7 @@ class FakeSlurm:
                 if n.partition in parts
                 and not (n.drain or n.power_down_asap)
                 and n.gpus - n.used >= job.gpus
+                and self._fits_share(n, job)
             ]
             node = (
                 next((n for n in usable if n.power == "on"), None)
@@ -426,6 +440,16 @@ class FakeSlurm:
                 node.name,
                 node.partition,
             )
+
+    def _mig_used(self, n: FakeNode) -> int:
+        return sum(s.count for jid in n.alloc if (s := self.jobs[jid].share) is not None)
+
+    def _fits_share(self, n: FakeNode, job: FakeJob) -> bool:
+        """A MIG job fits only devices of its exact GRES type, as Slurm matches them."""
+        s = job.share
+        if s is None:
+            return True
+        return n.mig_type == s.gres_type and n.mig_devices - self._mig_used(n) >= s.count
 
     # ------------------------------------------------------------------ observe (SlurmObserver)
 
@@ -467,6 +491,7 @@ class FakeSlurm:
                     start_ts=j.start_ts,
                     end_ts=j.end_ts,
                     nodes=(j.node,) if j.node else (),
+                    share=j.share,
                 )
             )
         nodes = []
@@ -486,6 +511,11 @@ class FakeSlurm:
                     pool=n.pool,
                     idle_since_ts=n.idle_since if state is NodeState.IDLE else None,
                     address=n.address,
+                    shares=NodeShares(
+                        mig=(MigDevices(n.mig_type, n.mig_devices, self._mig_used(n)),)
+                    )
+                    if n.mig_devices
+                    else None,
                 )
             )
         return ClusterSnapshot(taken_ts=t, jobs=tuple(jobs), nodes=tuple(nodes))

@@ -19,5 +19,7 @@ def test_two_seeds_keep_every_promise(tmp_path):
     # every kind of fault was injected (the seeds are fixed, so this is deterministic)
     assert {k for k, n in out["faults_by_kind"].items() if n > 0} == set(FAULT_KINDS)
     assert out["jobs"] == 32  # each job was checked to complete exactly once
+    # and 3 a seed on MIG devices only: each completed once, on-prem (issue 32)
+    assert out["share_jobs"] == 6
     # both clouds ran machines (seed 101 buys GCP spot first, AWS when GCP fails)
     assert out["gcp_instances"] >= 1 and out["instances"] > out["gcp_instances"]
