@@ -89,8 +89,8 @@ from provisioner.demo.chaos_faults import (
     inject_field_fault,
     inject_gce_fault,
 )
+from provisioner.demo.chaos_jobs import MIG_TYPE, submit_share_jobs
 from provisioner.domain.errors import NotKnown, SnapshotError
-from provisioner.domain.gpu_share import ShareRequest
 from provisioner.domain.jobs import JobState
 from provisioner.domain.nodes import NodeKind
 from provisioner.domain.snapshot import ClusterSnapshot
@@ -113,7 +113,6 @@ FAULT_KINDS = (
 # The clouds' field behaviour (FIELD_FAULTS, docs/clouds.md) is drawn from a stream of its
 # own, so the other kinds keep the draws they always had.
 TICK_S = 60.0
-MIG_TYPE = "1g.10gb"  # the on-prem node's MIG devices, and what the share jobs ask for
 SHARE_JOBS = 3  # per seed
 GRACE_S = 180.0
 IDLE_TIMEOUT_S = 300.0
@@ -286,21 +285,9 @@ class Soak:
                 time_limit_s=2400.0,
             )
         self.result.jobs = len(window)
-        # Jobs on MIG devices, from a stream of their own (the other draws of a seed stay as
-        # they were): 1-3 devices, 5-15 min, in the first third. They run on-prem only.
-        rng = random.Random(f"shares-{self.seed}")
-        for k in range(SHARE_JOBS):
-            self.fake.submit(
-                0,
-                rng.uniform(300.0, 900.0),
-                submit_ts=self.t0 + rng.uniform(0.0, self.steps * TICK_S / 3),
-                partition="onprem",
-                account="acct-s",
-                user=f"s{k}",
-                time_limit_s=2400.0,
-                share=ShareRequest("mig", rng.randint(1, 3), MIG_TYPE),
-            )
-        self.result.share_jobs = SHARE_JOBS
+        self.result.share_jobs = submit_share_jobs(
+            self.fake, self.seed, self.t0, self.steps * TICK_S / 3, SHARE_JOBS
+        )
 
     def _policy(self) -> Any:
         from provisioner.config.loader import policy_from_mapping
