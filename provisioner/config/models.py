@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from provisioner.domain.errors import InvalidArgument, UnknownName
+from provisioner.domain.gpu_share import MIG_COMPUTE_SLICES, mig_profile_of
 from provisioner.domain.offers import zone_in_region
 
 # The team of jobs submitted without a Slurm account (map "" in team_of_account to override).
@@ -172,6 +173,28 @@ class OnPrem(Strict):
     fallback_runtime_s: float = Field(default=3600.0, gt=0)
 
 
+class MigLayout(Strict):
+    """Every GPU of a pool's nodes cut the same way: `per_gpu` MIG devices of one profile,
+    named `profile` as the nodes' GRES type (Slurm matches a job's type exactly)."""
+
+    profile: str = Field(min_length=3, max_length=64)
+    per_gpu: int = Field(ge=1, le=7)
+
+    @model_validator(mode="after")
+    def _fits_a_gpu(self) -> MigLayout:
+        p = mig_profile_of(self.profile)
+        if p is None:
+            raise InvalidArgument(
+                f"mig.profile {self.profile!r}: names no MIG profile (e.g. 1g.10gb)"
+            )
+        if p.slices * self.per_gpu > MIG_COMPUTE_SLICES:
+            raise InvalidArgument(
+                f"mig: {self.per_gpu} x {p.name} need {p.slices * self.per_gpu} slices; "
+                f"a GPU has {MIG_COMPUTE_SLICES}"
+            )
+        return self
+
+
 class PoolPolicy(Strict):
     """A burst pool: where and on what the controller may create GPU nodes."""
 
@@ -208,6 +231,9 @@ class PoolPolicy(Strict):
     # user-data, which anyone who may describe the instance can read.
     instance_profile: str = ""
     service_account: str = ""
+    # MIG-partitioned nodes: jobs asking for these devices burst here, packed several to a
+    # node; whole-GPU jobs never do. None: whole GPUs.
+    mig: MigLayout | None = None
 
     @model_validator(mode="after")
     def _needs_gpu_selector(self) -> PoolPolicy:

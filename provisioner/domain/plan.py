@@ -42,8 +42,8 @@ class ReasonCode(StrEnum):
     POOL_PAUSED = "pool_paused"
     # a round of choosing the waiting policy from the site's own past: kept or switched, why
     POLICY_SELECTION = "policy_selection"
-    # a job asking only for parts of GPUs (MIG devices, shards) waits for on-prem ones: they
-    # are not burst yet
+    # a job asking only for parts of GPUs (MIG devices, shards) waits for on-prem ones: within
+    # its budget, or because no MIG pool offers them
     WAIT_GPU_SHARE = "wait_gpu_share"
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from provisioner.config.models import MigLayout
+from provisioner.domain.errors import UnknownName
 from provisioner.domain.instances import IN_FLIGHT, InstanceOrigin
+from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Alternative, MoveJobs, ReasonCode, Rejection, ScaleUp
@@ -30,6 +33,27 @@ class OpenNode:
     scale_up: int = -1  # index into the scale-up groups, -1 for capacity already in flight
     job_ids: list[str] = field(default_factory=list)
     node_name: str = ""
+
+
+def _layout(p: PlanningPass, cand: Candidate) -> dict[str, str]:
+    """A MIG pool's node in words for the decision: its layout, and its price split over its
+    devices (the cloud bills the whole node; each device's part is what a job pays)."""
+    mig = _mig_of(p, cand.pool)
+    if mig is None:
+        return {}
+    devices = cand.gpus_per_node * mig.per_gpu
+    return {
+        "mig_layout": f"{mig.per_gpu} x {mig.profile} on each of {cand.gpus_per_node} GPUs",
+        "devices_per_node": str(devices),
+        "usd_per_device_hour": f"{cand.usd_hr_per_node / devices:.6f}",
+    }
+
+
+def _mig_of(p: PlanningPass, pool: str) -> MigLayout | None:
+    try:
+        return p.policy.pool(pool).mig
+    except UnknownName:  # a pool since removed from the policy
+        return None
 
 
 class _Slots:
@@ -93,6 +117,14 @@ class _AtMax:
     budget_s: float
 
 
+def demand_of(job: Job, onprem_model: str) -> tuple[int, str]:
+    """What a job takes from a node, and of what: GPUs of its model, or MIG devices of its GRES
+    type (a MIG pool's node offers those only; see PlanningPass.share_candidates)."""
+    if job.share is not None and not job.gpus and job.share.kind == "mig":
+        return job.share.count, f"mig:{job.share.gres_type}"
+    return job.gpus, (job.gpu_type or onprem_model).lower()
+
+
 def capacity_in_flight(p: PlanningPass) -> list[OpenNode]:
     """Burst GPUs requested but not yet used: idle or partly used ready nodes and instances
     still booting. Pending jobs take these before anything new is bought."""
@@ -102,10 +134,14 @@ def capacity_in_flight(p: PlanningPass) -> list[OpenNode]:
     for n in p.snap.nodes:
         if n.kind is not NodeKind.BURST or n.state not in (NodeState.IDLE, NodeState.MIXED):
             continue
+        spot = "spot" in n.features
+        for t, free in (n.shares.mig_free if n.shares is not None else {}).items():
+            if free > 0:  # a MIG pool's node: its free devices, for jobs asking for them
+                seen.add(n.instance_id or n.name)
+                nodes.append(OpenNode(n.pool, None, f"mig:{t}", free, spot, node_name=n.name))
         if n.gpus_free <= 0:
             continue
         seen.add(n.instance_id or n.name)
-        spot = "spot" in n.features
         nodes.append(
             OpenNode(n.pool, None, n.gpu_type.lower(), n.gpus_free, spot, node_name=n.name)
         )
@@ -122,6 +158,12 @@ def capacity_in_flight(p: PlanningPass) -> list[OpenNode]:
         if free <= 0:
             continue
         spot = inst.offer.capacity is CapacityType.SPOT
+        mig = _mig_of(p, inst.pool)
+        if mig is not None:  # still booting: every device free (Slurm places nothing yet)
+            if node is None or not node.gpus_alloc:
+                nodes.append(OpenNode(inst.pool, inst.offer, f"mig:{mig.profile}",
+                                      inst.gpus * mig.per_gpu, spot))  # fmt: skip
+            continue
         nodes.append(OpenNode(inst.pool, inst.offer, inst.gpu_model.lower(), free, spot))
     return nodes
 
@@ -157,7 +199,7 @@ class _BurstPass:
 
     def _place(self, b: BurstingJob) -> None:
         p, job = self.p, b.job
-        model = (job.gpu_type or p.onprem_model).lower()
+        units, model = demand_of(job, p.onprem_model)
         team = self._team(job.account)
         wait_s = b.start - p.now
         about = {"predicted_wait_s": wait_s, "wait_budget_s": b.budget, "team": team}
@@ -165,9 +207,9 @@ class _BurstPass:
             p.decide(ReasonCode.BLOCKED_PAUSED, (job.job_id,), **about)
             return
         # 1. capacity already bought (single-node jobs only: a gang needs fresh nodes).
-        slot = self.slots.find(job.gpus, model, b.wait.urgent, b.wait.spot_allowed)
+        slot = self.slots.find(units, model, b.wait.urgent, b.wait.spot_allowed)
         if slot is not None:
-            self.slots.take(slot, job.gpus, job.job_id)
+            self.slots.take(slot, units, job.job_id)
             if slot.scale_up >= 0:
                 self.groups[slot.scale_up].job_ids.append(job.job_id)
             else:
@@ -189,7 +231,7 @@ class _BurstPass:
         if p.full_pools(b.ranked) is not None:
             self._park_at_max(b, team, wait_s)
             return
-        self._new_node(b, model, team, wait_s)
+        self._new_node(b, model, units, team, wait_s)
 
     def _park_at_max(self, b: BurstingJob, team: str, wait_s: float) -> None:
         """Every pool that could take this job is at its max size: one decision for all such
@@ -208,7 +250,7 @@ class _BurstPass:
         )
         self.at_max[key] = _AtMax(alts, [b.job.job_id], team, wait_s, b.budget)
 
-    def _new_node(self, b: BurstingJob, model: str, team: str, wait_s: float) -> None:
+    def _new_node(self, b: BurstingJob, model: str, units: int, team: str, wait_s: float) -> None:
         p, job, ranked = self.p, b.job, b.ranked
         verdict = p.first_allowed(ranked, team, b.runtime, self.planned_nodes)
         alts = verdict.alternatives
@@ -250,7 +292,7 @@ class _BurstPass:
                 runtime_detail(job, b.runtime),
             )
         )
-        leftover = chosen.gpus_per_node - job.gpus
+        leftover = p.units_per_node(chosen) - units
         if chosen.nodes == 1 and leftover > 0:
             spot = chosen.key.capacity is CapacityType.SPOT
             node = OpenNode(
@@ -286,7 +328,7 @@ class _BurstPass:
                 team_headroom_usd=p.budget.team_headroom.get(g.team),
                 team=g.team,
                 pool=g.cand.pool,
-                detail={"boot_s": f"{g.cand.boot_s:.0f}", **g.runtime},
+                detail={"boot_s": f"{g.cand.boot_s:.0f}", **g.runtime, **_layout(p, g.cand)},
             )
             p.actions.append(
                 ScaleUp(

@@ -203,9 +203,46 @@ class PlanningPass:
         if hit is None:
             parts = set(job.partitions)
             can_move = bool(parts & self.onprem_parts)
-            hit = tuple(p for p in self.policy.pools if p.partition in parts or can_move)
+            # MIG pools take only jobs asking for their devices (share_candidates)
+            hit = tuple(
+                p for p in self.policy.pools if (p.partition in parts or can_move) and p.mig is None
+            )
             self._pools_by_partition[job.partition] = hit
         return hit
+
+    def units_per_node(self, cand: Candidate) -> int:
+        """What a node of `cand` offers jobs: its GPUs, or its MIG devices in a MIG pool."""
+        pool = self.policy.pool(cand.pool)
+        per_gpu = pool.mig.per_gpu if pool.mig is not None else 1
+        return cand.gpus_per_node * per_gpu
+
+    def share_candidates(self, job: Job, spot_ok: bool, runtime: float) -> list[Candidate]:
+        """Offers of the MIG pools whose devices are the job's GRES type (Slurm matches it
+        exactly), one node each, cheapest per device-hour first: a slice is priced at its part
+        of the whole node."""
+        share = job.share
+        assert share is not None
+        parts = set(job.partitions)
+        can_move = bool(parts & self.onprem_parts)
+        pools = [
+            p
+            for p in self.policy.pools
+            if p.mig is not None
+            and p.mig.profile == share.gres_type
+            and (p.partition in parts or can_move)
+        ]
+        if not pools:
+            return []
+        caps = (CapacityType.ON_DEMAND, CapacityType.SPOT) if spot_ok else (CapacityType.ON_DEMAND,)
+        found: list[Candidate] = []
+        for pool in pools:
+            model = pool.gpu_model or self.onprem_model
+            found += candidates_for(1, model, [pool], self.catalog, caps, self.policy.spot)
+        ranked = rank([c for c in found if c.nodes == 1], runtime, self.policy.spot)
+        ranked.sort(
+            key=lambda c: c.expected_cost(runtime, self.policy.spot) / self.units_per_node(c)
+        )
+        return ranked
 
     def runs_onprem(self, job: Job) -> bool:
         hit = self._onprem_partition.get(job.partition)

@@ -19,7 +19,7 @@ from provisioner.domain.plan import ReasonCode, ReleaseJobs
 from provisioner.plan.planning_pass import JobClass, PlanningPass, planned_runtime, runtime_detail
 from provisioner.plan.profile import INF, OnPremProfile, Placement
 from provisioner.plan.ranking import Candidate
-from provisioner.plan.share_profile import build_share_profiles, wait_for_share
+from provisioner.plan.share_profile import build_share_profiles, share_verdict
 
 
 class BurstingJob(NamedTuple):
@@ -127,7 +127,9 @@ def predict(p: PlanningPass, prof: OnPremProfile) -> Bursting:
         if job.share is not None and not job.gpus:  # parts of GPUs only: see share_profile.py
             if shares is None:
                 shares = build_share_profiles(p.snap, p.policy, now)
-            wait_for_share(p, shares, job, runtime)
+            bursts = share_verdict(p, shares, job, jc, runtime, est)
+            if bursts is not None:
+                out.add(job, jc.wait, runtime, *bursts)
             continue
         model = job.gpu_type.lower() if job.gpu_type else p.onprem_model
         onprem_ok = jc.runs_onprem and model in p.onprem_models

@@ -37,8 +37,8 @@ REASON_WORDS: dict[str, str] = {
     "signalled and requeued, and the instance ended inside the warning",
     ReasonCode.POLICY_SELECTION: "Policy: the waiting policy, chosen from a replay of the "
     "site's recent past",
-    ReasonCode.WAIT_GPU_SHARE: "Wait: the job asks for parts of GPUs (MIG devices or shards), "
-    "which are not burst yet; it waits for on-prem ones",
+    ReasonCode.WAIT_GPU_SHARE: "Wait: the job asks for parts of GPUs (MIG devices or shards); "
+    "on-prem ones start it within its budget, or no MIG pool offers them",
 }
 
 

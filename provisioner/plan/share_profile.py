@@ -17,8 +17,9 @@ from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import Node, NodeKind
 from provisioner.domain.plan import ReasonCode
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.plan.planning_pass import PlanningPass, planned_runtime
-from provisioner.plan.profile import OnPremProfile
+from provisioner.plan.planning_pass import JobClass, PlanningPass, planned_runtime
+from provisioner.plan.profile import INF, OnPremProfile
+from provisioner.plan.ranking import Candidate
 
 
 def share_key(share: ShareRequest) -> str:
@@ -83,30 +84,61 @@ def _hold_running(
         prof.hold_from_start(idx, held)
 
 
-def wait_for_share(
-    p: PlanningPass, profiles: dict[str, OnPremProfile], job: Job, runtime: float
-) -> None:
-    """Place a job asking only for parts of GPUs on the on-prem ones, in queue order; a job
-    that cannot start at once gets a decision saying when, or that no on-prem node has them."""
+def share_verdict(
+    p: PlanningPass,
+    profiles: dict[str, OnPremProfile],
+    job: Job,
+    jc: JobClass,
+    runtime: float,
+    est: float | None,
+) -> tuple[float, float, list[Candidate]] | None:
+    """A job asking only for parts of GPUs, in queue order: it starts on free on-prem devices
+    before anything bursts; one that cannot start within its budget (priced at its part of a
+    MIG pool's node, never below) bursts to that pool: (predicted start, budget, offers).
+    None: it stays, with a decision unless it starts at once."""
     share = job.share
     assert share is not None
+    now = p.now
     prof = profiles.get(share_key(share))
-    if prof is None or prof.total_gpus < share.count:
+    place = None
+    if prof is not None and prof.total_gpus >= share.count:
+        place = prof.earliest(share.count, now, runtime)
+    start = place.start_ts if place is not None else INF
+    if place is not None and start <= now:
+        assert prof is not None
+        prof.commit(place, start + runtime)
+        p.predicted[job.job_id] = start
+        return None
+    ranked = p.share_candidates(job, jc.spot_ok, runtime)
+    budget = INF
+    if ranked:
+        c = ranked[0]
+        part = share.count / p.units_per_node(c)
+        budget = jc.wait.job_budget_s(1, est, c.expected_cost(runtime, p.policy.spot) * part)
+        if jc.wait.urgent:
+            budget = 0.0
+        boot = min(x.boot_s for x in ranked)
+        if start - job.submit_ts > budget and start - now > boot:
+            return start, budget, ranked
+    about = {"share": share.label}
+    if place is None:
         have = prof.total_gpus if prof is not None else 0
-        why = f"on-prem nodes offer {have} of the {share.count} it needs, and none is bought"
+        why = f"on-prem nodes offer {have} of the {share.count} it needs"
         p.decide(
-            ReasonCode.WAIT_GPU_SHARE, (job.job_id,), detail={"share": share.label, "why": why}
+            ReasonCode.WAIT_GPU_SHARE,
+            (job.job_id,),
+            detail={**about, "why": f"{why}, and no MIG pool offers {share.gres_type}"},
         )
-        return
-    place = prof.earliest(share.count, p.now, runtime)
-    assert place is not None  # it fits the on-prem total, so some time it starts
-    prof.commit(place, place.start_ts + runtime)
-    p.predicted[job.job_id] = place.start_ts
-    if place.start_ts <= p.now:
-        return
+        return None
+    assert prof is not None
+    prof.commit(place, start + runtime)
+    p.predicted[job.job_id] = start
+    why = "within its waiting budget" if ranked else f"no MIG pool offers {share.gres_type}"
     p.decide(
         ReasonCode.WAIT_GPU_SHARE,
         (job.job_id,),
-        predicted_wait_s=place.start_ts - p.now,
-        detail={"share": share.label, "why": "parts of GPUs are not burst yet"},
+        predicted_wait_s=start - now,
+        wait_budget_s=budget if budget < INF else None,
+        detail={**about, "why": why},
     )
+    return None
