@@ -15,6 +15,8 @@ first boot. Standard library only (Python 3.9 to 3.13): it runs on the image's o
    this instance's own identity (AWS SSM Parameter Store with its instance profile's role,
    GCP Secret Manager with its service account's token), printed by a command, or already in
    the image.
+   Where node.json names a MIG layout (a MIG pool), turns MIG mode on and cuts every GPU
+   into that layout with nvidia-smi, so slurmd declares the devices as GRES.
 4. Checks slurmctld answers TCP from here, starts munged, then slurmd in configless mode as
    that node (`slurmd -N <node> --conf-server`), and watches it for a while: a slurmd that
    exits, or whose key slurmctld refuses, fails the join with slurmd's own words.
@@ -43,6 +45,7 @@ import hmac
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -365,6 +368,21 @@ _STARTED = re.compile(r"slurmd started on ")
 _NO_ROUTE = re.compile(r"Connection refused|timed out|No route|Unable to contact|unreachable")
 
 
+def apply_mig(mig: dict) -> None:  # type: ignore[type-arg]
+    """A MIG pool's layout, before slurmd starts (it declares the devices as GRES): MIG mode on,
+    then `per_gpu` GPU instances of `profile`, each with its compute instance, on every GPU.
+    nvidia-smi says why when the GPU or its driver cannot (the join fails with its words)."""
+    if not mig:
+        return
+    profile, per_gpu, gpus = str(mig["profile"]), int(mig["per_gpu"]), int(mig["gpus"])
+    nvsmi = shutil.which("nvidia-smi") or "nvidia-smi"
+    run = lambda *a: subprocess.run([nvsmi, *a], check=True, capture_output=True)  # noqa: E731
+    run("-mig", "1")
+    for gpu in range(gpus):
+        run("mig", "-i", str(gpu), "-cgi", ",".join([profile] * per_gpu), "-C")
+    log(f"MIG: {per_gpu} x {profile} on each of {gpus} GPUs")
+
+
 def reach_slurmctld(conf_server: str, deadline_s: float, poll_s: float) -> None:
     """slurmctld answers TCP from here, or this VM can never be its node: said plainly (a
     firewall or route between the burst subnet and slurmctld), before slurmd retries quietly."""
@@ -447,6 +465,8 @@ def main() -> int:
         json.dump({"instance_id": instance_id, "node": node, "address": meta.address()}, f)
     STEP[0] = "munge-key"
     install_munge_key(cfg, meta)
+    STEP[0] = "mig"
+    apply_mig(cfg.get("mig") or {})
     STEP[0] = "slurmctld"
     reach_slurmctld(cfg["conf_server"], min(deadline / 2, 60.0), poll)
     STEP[0] = "slurmd"

@@ -98,6 +98,10 @@ class PoolSpec:
     # adapter does not remember it itself (a controller that restarted): no earlier outcome
     # is this request's. None: unknown.
     requested_ts: float | None = None
+    # A MIG pool's layout, which the VM sets before slurmd starts: `mig_per_gpu` devices of
+    # `mig_profile` on every GPU ("" / 0: whole GPUs)
+    mig_profile: str = ""
+    mig_per_gpu: int = 0
 
     def __post_init__(self) -> None:
         if self.cloud not in ("aws", "gcp"):

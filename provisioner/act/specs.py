@@ -67,6 +67,8 @@ def spec_for_offer(
         disk_gb=pool.root_disk_gb,
         instance_profile=pool.instance_profile,
         service_account=pool.service_account,
+        mig_profile=pool.mig.profile if pool.mig is not None else "",
+        mig_per_gpu=pool.mig.per_gpu if pool.mig is not None else 0,
     )
     return replace(spec, user_data=user_data(spec)) if user_data is not None else spec
 

@@ -25,6 +25,7 @@ from provisioner import data_files
 from provisioner.act.ports import NODE_KEY, PoolSpec
 from provisioner.config.models import NodeBootstrap as NodeBootstrapPolicy
 from provisioner.domain.errors import InvalidArgument
+from provisioner.domain.gpu_share import mig_profile_of
 
 HEADER = "#cloud-config\n"
 NODE_SETTINGS = "/etc/gpu-burst/node.json"
@@ -122,7 +123,17 @@ def node_settings(spec: PoolSpec, boot: NodeBootstrap) -> dict[str, Any]:
         "decision": spec.decision_id,
         "controller_api": boot.controller_api,
         "agent": agent_install(boot),
+        "mig": mig_settings(spec),
     }
+
+
+def mig_settings(spec: PoolSpec) -> dict[str, Any]:
+    """The MIG layout the join program sets on every GPU before slurmd starts ({}: none):
+    nvidia-smi takes the profile's own name, whatever the pool calls its GRES type."""
+    profile = mig_profile_of(spec.mig_profile) if spec.mig_profile else None
+    if profile is None:
+        return {}
+    return {"profile": profile.name, "per_gpu": spec.mig_per_gpu, "gpus": spec.gpus}
 
 
 def agent_install(boot: NodeBootstrap) -> dict[str, Any]:

@@ -47,6 +47,10 @@ class BurstNodeSet:
     partition: str = "cloud"
     extra_features: tuple[str, ...] = field(default=())
     port_base: int | None = None  # one Port= per node: several slurmds on one host (tests)
+    # A MIG pool: its nodes offer `mig_per_gpu` devices of GRES type `mig_type` on each GPU,
+    # and no whole GPU (issue 32)
+    mig_type: str = ""
+    mig_per_gpu: int = 0
 
     def __post_init__(self) -> None:
         if self.count < 1 or self.gpus < 0 or self.cpus < 1 or self.real_memory_mb < 1:
@@ -71,7 +75,9 @@ def _node_line(names: str, s: BurstNodeSet, port: int | None) -> str:
     if port is not None:
         parts.append(f"Port={port}")
     parts += [f"CPUs={s.cpus}", f"RealMemory={s.real_memory_mb}"]
-    if s.gpus:
+    if s.gpus and s.mig_type:
+        parts.append(f"Gres=gpu:{s.mig_type}:{s.gpus * s.mig_per_gpu}")
+    elif s.gpus:
         parts.append(f"Gres=gpu:{s.gpu_type}:{s.gpus}" if s.gpu_type else f"Gres=gpu:{s.gpus}")
     parts += [f"Feature={','.join(s.features)}", f"Weight={s.weight}", "State=CLOUD"]
     return " ".join(parts)
@@ -114,7 +120,9 @@ def render_slurm_conf(sets: Sequence[BurstNodeSet], *, onprem_weight: int = 1) -
 def render_gres_conf(sets: Sequence[BurstNodeSet], *, device_prefix: str = "/dev/nvidia") -> str:
     lines = []
     for s in sets:
-        if s.gpus:
+        if s.gpus and s.mig_type:  # the VM's slurmd finds its MIG devices through NVML
+            lines.append(f"NodeName={s.hostlist} AutoDetect=nvml")
+        elif s.gpus:
             t = f" Type={s.gpu_type}" if s.gpu_type else ""
             lines.append(f"NodeName={s.hostlist} Name=gpu{t} File={device_prefix}[0-{s.gpus - 1}]")
     return "\n".join(lines) + "\n"
