@@ -10,34 +10,22 @@ the pool's parameter, is refused as AWS would refuse it.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import secrets
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
 
 from provisioner.testing.moto_faults import iam_enforcing_moto
+from tests.unit.helpers import join_program
 
 pytestmark = pytest.mark.aws
 
-REPO = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's
 PARAM = "/gpu-burst/burst-ctl/cloud-aws/munge-key"
-
-
-def join_program() -> ModuleType:
-    path = REPO / "infra" / "bootstrap" / "gpu-burst-join.py"
-    spec = importlib.util.spec_from_file_location("gpu_burst_join", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture

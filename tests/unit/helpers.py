@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 from decimal import Decimal
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from provisioner.config.loader import policy_from_mapping
@@ -115,3 +118,13 @@ def p4d_instance(
         launched_ts=T0 - launched_ago,
         node_name=node_name,
     )
+
+
+def join_program(name: str = "gpu_burst_join") -> ModuleType:
+    """The VM's join program (infra/bootstrap/gpu-burst-join.py), loaded as a module."""
+    path = Path(__file__).resolve().parents[2] / "infra" / "bootstrap" / "gpu-burst-join.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -4,11 +4,9 @@ is a stand-in script that logs its arguments (no GPU on this machine)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import stat
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -17,7 +15,7 @@ from provisioner.act.userdata import NodeBootstrap, node_settings
 from provisioner.config.loader import policy_from_mapping
 from provisioner.domain.errors import ConfigError
 from provisioner.domain.offers import CapacityType
-from tests.unit.helpers import offer
+from tests.unit.helpers import join_program, offer
 
 REPO = Path(__file__).resolve().parents[2]
 POOL = {
@@ -27,15 +25,6 @@ POOL = {
     "gpu_model": "A100",
     "mig": {"profile": "1g.10gb", "per_gpu": 7},
 }
-
-
-def join_program() -> ModuleType:
-    path = REPO / "infra" / "bootstrap" / "gpu-burst-join.py"
-    spec = importlib.util.spec_from_file_location("gpu_burst_join_mig", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _settings(pool: dict) -> dict:
