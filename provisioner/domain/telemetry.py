@@ -162,13 +162,15 @@ class GpuTelemetry(_Model):
 
         `GpuSample.util_pct` cannot say "unknown", so a GPU whose utilisation NVML could not read
         (lost, or MIG-enabled) is reported as 100 %: busy unless proved idle, so no scale-down
-        and no waste is ever decided from a reading that does not exist.
+        and no waste is ever decided from a reading that does not exist. A MIG-enabled GPU with
+        no compute process on any of its instances is proved idle (0 %): NVML gives no
+        utilisation for it, so without this a MIG burst node would never be let go.
         """
         return tuple(
             GpuSample(
                 index=g.index,
                 uuid=g.uuid,
-                util_pct=g.util_pct if g.util_pct is not None else 100.0,
+                util_pct=g.util_pct if g.util_pct is not None else _unread_util(g),
                 mem_used_mib=float(g.mem_used_mib or 0),
                 mem_total_mib=float(g.mem_total_mib or 0),
                 power_w=g.power_w,
@@ -178,6 +180,12 @@ class GpuTelemetry(_Model):
             )
             for g in self.gpus
         )
+
+
+def _unread_util(g: GpuReading) -> float:
+    """A GPU NVML gave no utilisation for: 0 for a readable MIG GPU running no process (NVML
+    lists a MIG GPU's processes on every instance), else 100 (busy unless proved idle)."""
+    return 0.0 if g.mig_enabled and not g.lost and g.process_count == 0 else 100.0
 
 
 # --------------------------------------------------------------------------- idleness

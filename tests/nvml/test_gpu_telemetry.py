@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -74,6 +75,18 @@ def test_to_gpu_samples_feeds_node_and_never_guesses_idle(clock):
     node = Node(name="n1", kind=NodeKind.BURST, gpus=2, gpu_load=samples)
     assert node.gpus_idle_by_nvml(5.0) is False  # the MIG GPU's load is unknown: not idle
     assert node_gpu_idle(t.gpus, 5.0) is None
+
+
+def test_a_mig_gpu_running_no_process_is_idle_so_its_burst_node_can_go(clock):
+    # NVML gives a MIG GPU no utilisation; no compute process on any instance proves it idle
+    idle_mig = replace(mig_a100(), processes=[])
+    nvml = FakeNvml([idle_a100(), idle_mig])
+    with NvmlSampler(nvml, clock, node="n1") as s:
+        t = s.sample()
+    samples = t.to_gpu_samples()
+    assert [(x.index, x.util_pct) for x in samples] == [(0, 0.0), (1, 0.0)]
+    node = Node(name="n1", kind=NodeKind.BURST, gpus=0, gpu_load=samples)
+    assert node.gpus_idle_by_nvml(5.0) is True
 
 
 # --------------------------------------------------------------------------- waste
