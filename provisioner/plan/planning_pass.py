@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from provisioner.config.models import Policy, PoolPolicy, WaitPolicy
+from provisioner.domain.gpu_share import ShareRequest
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.jobs import Job
 from provisioner.domain.offers import CapacityType, OfferKey
@@ -146,6 +147,8 @@ class PlanningPass:
         self._cands: dict[tuple[int, str, str, bool], list[Candidate]] = {}
         # This pass's own view of the rankings it used: one dict look-up per job.
         self._pass_ranks: dict[tuple[int, str, str, bool, int], list[Candidate]] = {}
+        # share_candidates, per (GRES type, partition, spot, runtime bucket): once per pass
+        self._share_ranks: dict[tuple[str, str, bool, int], list[Candidate]] = {}
         self._pools_of: dict[int, frozenset[str]] = {}
         self._full: dict[int, frozenset[str]] = {}
         self._pools_by_partition: dict[str, tuple[PoolPolicy, ...]] = {}
@@ -222,6 +225,15 @@ class PlanningPass:
         of the whole node."""
         share = job.share
         assert share is not None
+        key = (share.gres_type, job.partition, spot_ok, int(math.log2(runtime + 1.0)))
+        hit = self._share_ranks.get(key)
+        if hit is None:
+            hit = self._share_ranks[key] = self._share_candidates(job, share, spot_ok, runtime)
+        return hit
+
+    def _share_candidates(
+        self, job: Job, share: ShareRequest, spot_ok: bool, runtime: float
+    ) -> list[Candidate]:
         parts = set(job.partitions)
         can_move = bool(parts & self.onprem_parts)
         pools = [
