@@ -113,10 +113,8 @@ def share_verdict(
     budget = INF
     if ranked:
         c = ranked[0]
-        part = share.count / p.units_per_node(c)
-        budget = jc.wait.job_budget_s(1, est, c.expected_cost(runtime, p.policy.spot) * part)
-        if jc.wait.urgent:
-            budget = 0.0
+        cost = c.expected_cost(runtime, p.policy.spot) * share.count / p.units_per_node(c)
+        budget = 0.0 if jc.wait.urgent else jc.wait.job_budget_s(1, est, cost)
         boot = min(x.boot_s for x in ranked)
         if start - job.submit_ts > budget and start - now > boot:
             return start, budget, ranked
