@@ -19,6 +19,7 @@ from provisioner.plan.planning_pass import MAX_ALTERNATIVES, PlanningPass, runti
 from provisioner.plan.prediction import Bursting, BurstingJob
 from provisioner.plan.profile import INF
 from provisioner.plan.ranking import Candidate
+from provisioner.plan.share_profile import mig_key, share_key
 
 
 @dataclass
@@ -121,7 +122,7 @@ def demand_of(job: Job, onprem_model: str) -> tuple[int, str]:
     """What a job takes from a node, and of what: GPUs of its model, or MIG devices of its GRES
     type (a MIG pool's node offers those only; see PlanningPass.share_candidates)."""
     if job.share is not None and not job.gpus and job.share.kind == "mig":
-        return job.share.count, f"mig:{job.share.gres_type}"
+        return job.share.count, share_key(job.share)
     return job.gpus, (job.gpu_type or onprem_model).lower()
 
 
@@ -138,7 +139,7 @@ def capacity_in_flight(p: PlanningPass) -> list[OpenNode]:
         for t, free in (n.shares.mig_free if n.shares is not None else {}).items():
             if free > 0:  # a MIG pool's node: its free devices, for jobs asking for them
                 seen.add(n.instance_id or n.name)
-                nodes.append(OpenNode(n.pool, None, f"mig:{t}", free, spot, node_name=n.name))
+                nodes.append(OpenNode(n.pool, None, mig_key(t), free, spot, node_name=n.name))
         if n.gpus_free <= 0:
             continue
         seen.add(n.instance_id or n.name)
@@ -161,7 +162,7 @@ def capacity_in_flight(p: PlanningPass) -> list[OpenNode]:
         mig = _mig_of(p, inst.pool)
         if mig is not None:  # still booting: every device free (Slurm places nothing yet)
             if node is None or not node.gpus_alloc:
-                nodes.append(OpenNode(inst.pool, inst.offer, f"mig:{mig.profile}",
+                nodes.append(OpenNode(inst.pool, inst.offer, mig_key(mig.profile),
                                       inst.gpus * mig.per_gpu, spot))  # fmt: skip
             continue
         nodes.append(OpenNode(inst.pool, inst.offer, inst.gpu_model.lower(), free, spot))

@@ -22,8 +22,13 @@ from provisioner.plan.profile import INF, OnPremProfile
 from provisioner.plan.ranking import Candidate
 
 
+def mig_key(gres_type: str) -> str:
+    """What MIG devices of one GRES type are known by, in profiles and open burst nodes."""
+    return f"mig:{gres_type}"
+
+
 def share_key(share: ShareRequest) -> str:
-    return f"mig:{share.gres_type}" if share.kind == "mig" else "shard"
+    return mig_key(share.gres_type) if share.kind == "mig" else "shard"
 
 
 def _capacity(node: Node, key: str) -> int:
@@ -32,7 +37,7 @@ def _capacity(node: Node, key: str) -> int:
         return 0
     if key == "shard":
         return s.shards
-    return sum(d.total for d in s.mig if f"mig:{d.gres_type}" == key)
+    return sum(d.total for d in s.mig if mig_key(d.gres_type) == key)
 
 
 def build_share_profiles(
@@ -44,7 +49,7 @@ def build_share_profiles(
         key=lambda n: (n.weight, n.name),
     )
     keys = sorted(
-        {f"mig:{d.gres_type}" for n in onprem if n.shares for d in n.shares.mig}
+        {mig_key(d.gres_type) for n in onprem if n.shares for d in n.shares.mig}
         | ({"shard"} if any(n.shares and n.shares.shards for n in onprem) else set())
     )
     names = tuple(n.name for n in onprem)
