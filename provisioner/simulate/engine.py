@@ -667,19 +667,9 @@ class Simulation:
         pool = self.slices
         assert pool is not None
         self._tell(i)
-        t = self._told[i]
-        known = t[0] if t is not None else None
         share = slices / (pool.gpus_per_node * MIG_COMPUTE_SLICES)
         usd_s = float(pool.node.usd_hr) * share / 3600.0
-        budget = self._wp.job_budget_s(
-            1,
-            known,
-            usd_s * (pool.node.boot_s + (known if known is not None else self._fallback_rt)),
-            learned=t is not None and bool(t[1]),
-            spread_s=t[2] if t is not None else None,
-            limit_s=self.limits[i] if self.limits is not None else None,
-            cost_at=lambda secs: usd_s * (pool.node.boot_s + secs),
-        )
+        budget = self._told_budget(i, cost_at=lambda secs: usd_s * (pool.node.boot_s + secs))
         return max(budget, pool.node.boot_s) if self.kind == "default" else budget
 
     def _on_view(self, i: int, job: TraceJob, place: Placement) -> None:
@@ -730,28 +720,32 @@ class Simulation:
         known_runtime: float | None,
         told: tuple[float, str, float | None] | None = None,
         limit: float | None = None,
+        cost_at: Callable[[float], float | None] | None = None,
     ) -> float:
         """The default policy's waiting budget for a job, as the planner computes it
         (WaitPolicy.job_budget_s): `told` is what the planner was told of its runtime, whose
-        source and spread, with its time `limit`, decide whether a guess is distrusted."""
+        source and spread, with its time `limit`, decide whether a guess is distrusted.
+        `cost_at(seconds)`: the job's expected cloud cost (default: its cheapest offer's)."""
         wp, spot = self._wp, self.policy.spot
         runtime = known_runtime if known_runtime is not None else self._fallback_rt
-        ranked = self._ranked(job.gpus, wp.spot_allowed, runtime)
+        if cost_at is None:
+            ranked = self._ranked(job.gpus, wp.spot_allowed, runtime)
+            cost_at = lambda s: ranked[0].expected_cost(s, spot) if ranked else None  # noqa: E731
         return wp.job_budget_s(
             job.gpus,
             known_runtime,
-            ranked[0].expected_cost(runtime, spot) if ranked else None,
+            cost_at(runtime),
             learned=told is not None and bool(told[1]),
             spread_s=told[2] if told is not None else None,
             limit_s=limit,
-            cost_at=lambda s: ranked[0].expected_cost(s, spot) if ranked else None,
+            cost_at=cost_at,
         )
 
-    def _told_budget(self, i: int) -> float:
+    def _told_budget(self, i: int, cost_at: Callable[[float], float | None] | None = None) -> float:
         """Job i's waiting budget from what the planner was told of it."""
         t = self._told[i]
         limit = self.limits[i] if self.limits is not None else None
-        return self._budget(self.jobs[i], t[0] if t is not None else None, t, limit)
+        return self._budget(self.jobs[i], t[0] if t is not None else None, t, limit, cost_at)
 
     def _best_now(self, job: TraceJob) -> Candidate:
         return self._ranked(job.gpus, self._wp.spot_allowed, self._fallback_rt)[0]
