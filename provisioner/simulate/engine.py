@@ -645,11 +645,11 @@ class Simulation:
             limit = self.fixed_wait
         else:
             limit = self._slice_budget(i, job, slices)
-        start = pool.earliest_onprem(slices, now, d, now + limit)
-        if start <= now + limit:
-            pool.run_onprem(slices, start, d)
-            self.onprem_runs.append((start, start + d, slices / MIG_COMPUTE_SLICES))
-            end = start + d
+        place = pool.earliest_onprem(slices, now, d, now + limit)
+        if place is not None:
+            pool.run_onprem(place, d)
+            start, end = place.start_ts, place.start_ts + d
+            self.onprem_runs.append((start, end, slices / MIG_COMPUTE_SLICES))
         else:
             at = now if self.kind == "default" and self.s.estimate == "exact" else now + limit
             if at > now:

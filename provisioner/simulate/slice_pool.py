@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from provisioner.domain.errors import InputError
 from provisioner.domain.gpu_share import MIG_COMPUTE_SLICES
 from provisioner.plan.offers import Candidate
-from provisioner.plan.profile import OnPremProfile
+from provisioner.plan.profile import OnPremProfile, Placement
 from provisioner.simulate.trace import TraceJob
 
 
@@ -42,31 +42,30 @@ class SlicePool:
         self.cloud: list[CloudMigNode] = []
         self._live: list[CloudMigNode] = []
 
-    def earliest_onprem(self, slices: int, now: float, duration: float, latest: float) -> float:
-        """When on-prem slices could start the job, by `latest` (else inf)."""
+    def earliest_onprem(
+        self, slices: int, now: float, duration: float, latest: float
+    ) -> Placement | None:
+        """Where and when on-prem slices could start the job, by `latest` (else None)."""
         if not self.mig_gpus:
-            return float("inf")
-        place = self.onprem.earliest(slices, now, duration, latest=latest)
-        return place.start_ts if place is not None else float("inf")
+            return None
+        return self.onprem.earliest(slices, now, duration, latest=latest)
 
-    def run_onprem(self, slices: int, start: float, duration: float) -> None:
-        place = self.onprem.earliest(slices, start, duration, latest=start)
-        assert place is not None, "run_onprem: the slices were free a moment ago"
-        self.onprem.commit(place, start + duration)
+    def run_onprem(self, place: Placement, duration: float) -> None:
+        self.onprem.commit(place, place.start_ts + duration)
 
     def burst(self, slices: int, at: float, duration: float) -> tuple[float, float]:
         """Run the job in the cloud from `at`: (start, end)."""
-        best: tuple[float, CloudMigNode] | None = None
+        best: tuple[float, CloudMigNode, Placement] | None = None
         for node in self._live:
             if node.requested > at or node.end < at:  # not bought yet, or already gone
                 continue
             start = max(at, node.ready)
-            place = node.slices.earliest(slices, start, duration, latest=start)
-            if place is None:
+            found = node.slices.earliest(slices, start, duration, latest=start)
+            if found is None:
                 continue
             longer = max(0.0, start + duration - node.end)
             if best is None or longer < best[0]:
-                best = (longer, node)
+                best = (longer, node, found)
         if best is None:
             ready = at + self.node.boot_s
             node = CloudMigNode(
@@ -79,11 +78,11 @@ class SlicePool:
             )
             self.cloud.append(node)
             self._live.append(node)
+            place = node.slices.earliest(slices, ready, duration, latest=ready)
+            assert place is not None  # a new node's slices are all free
         else:
-            node = best[1]
-        start = max(at, node.ready)
-        place = node.slices.earliest(slices, start, duration, latest=start)
-        assert place is not None
+            _, node, place = best
+        start = place.start_ts
         node.slices.commit(place, start + duration)
         node.end = max(node.end, start + duration)
         node.jobs += 1
