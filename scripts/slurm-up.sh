@@ -36,6 +36,8 @@
 #              1g.10gb:7, one GPU's slices), fake device files like its GPUs (docs/slurm.md)
 #   ONPREM_SHARDS=N  each on-prem node also has N shards (Slurm's GPU-sharing GRES) over its GPUs
 #   CLOUD_FEATURES=cloud,aws,us-east-1,spot CLOUD_WEIGHT=100 ONPREM_WEIGHT=1
+#   ONPREM_FEATURES=onprem  the on-prem nodes' features (e.g. onprem,a100,1g.10gb: a GPU class
+#              a job's constraint may name)
 #   NODE_CPUS=2 NODE_MEM=1000 GPU_TYPE=a100
 #   SUSPEND_TIME=10 SUSPEND_TIMEOUT=5 RESUME_TIMEOUT=45 SLURMD_TIMEOUT=60
 #   PORT_BASE=6817 (ctld=+0, slurmd port=+1, slurmrestd (24.11)=+3, hook bridge (24.11)=+4,
@@ -70,6 +72,7 @@ mkdir -p "$DIR"; DIR=$(cd "$DIR" && pwd)
 N_ONPREM=${N_ONPREM:-2};   ONPREM_GPUS=${ONPREM_GPUS:-4}
 N_CLOUD=${N_CLOUD:-4};     CLOUD_GPUS=${CLOUD_GPUS:-8}; CLOUD_PREFIX=${CLOUD_PREFIX:-cloud-aws}
 CLOUD_FEATURES=${CLOUD_FEATURES:-cloud,aws,us-east-1,spot}
+ONPREM_FEATURES=${ONPREM_FEATURES:-onprem}
 CLOUD_WEIGHT=${CLOUD_WEIGHT:-100}; ONPREM_WEIGHT=${ONPREM_WEIGHT:-1}
 NODE_CPUS=${NODE_CPUS:-2}; NODE_MEM=${NODE_MEM:-1000};  GPU_TYPE=${GPU_TYPE:-a100}
 SUSPEND_TIME=${SUSPEND_TIME:-10}; SUSPEND_TIMEOUT=${SUSPEND_TIMEOUT:-5}
@@ -297,7 +300,7 @@ EOF
 echo "# on-prem nodes: one slurmd per NodeName on this host, told apart by Port"
 local p=$((PORT_BASE+10)) n
 for n in "${ONPREM_NODES[@]}"; do
-  echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$HOST Port=$p CPUs=$NODE_CPUS RealMemory=$NODE_MEM Gres=$ONPREM_GRES Feature=onprem Weight=$ONPREM_WEIGHT State=UNKNOWN"
+  echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$HOST Port=$p CPUs=$NODE_CPUS RealMemory=$NODE_MEM Gres=$ONPREM_GRES Feature=$ONPREM_FEATURES Weight=$ONPREM_WEIGHT State=UNKNOWN"
   p=$((p+1)); done
 echo "# burst nodes (same shape as provisioner.register.slurm_conf renders, plus a Port each)"
 p=$((PORT_BASE+40))

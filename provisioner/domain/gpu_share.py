@@ -57,6 +57,12 @@ def slices_for_milli(milli: int) -> int:
     return next(s for s in MIG_PROFILE_SLICES if s >= need)
 
 
+def mig_key(gres_type: str) -> str:
+    """What MIG devices of one GRES type are known by, in the planner's profiles and open
+    burst nodes. As written: Slurm matches GRES types and features exactly."""
+    return f"mig:{gres_type}"
+
+
 @dataclass(frozen=True, slots=True)
 class ShareRequest:
     """A job's request for parts of GPUs, as Slurm states it: `count` MIG devices of the GRES
@@ -67,6 +73,9 @@ class ShareRequest:
     kind: Literal["mig", "shard"]
     count: int
     gres_type: str = ""
+    # Other GPU classes the job's constraint allows (`flexible_share`): MIG profiles, and GPU
+    # models whose whole GPUs hold the need. Empty for a typed request: Slurm matches the type.
+    also: tuple[str, ...] = ()
 
     @property
     def profile(self) -> MigProfile | None:
@@ -74,8 +83,47 @@ class ShareRequest:
 
     @property
     def label(self) -> str:
+        if self.also:
+            return f"gpu:{self.count} ({'|'.join((self.gres_type, *self.also))})"
         typed = f":{self.gres_type}" if self.gres_type else ""
         return f"{'gpu' if self.kind == 'mig' else 'shard'}{typed}:{self.count}"
+
+    @property
+    def profiles(self) -> tuple[str, ...]:
+        """The MIG GRES types the job may take devices of."""
+        if self.kind != "mig":
+            return ()
+        return (self.gres_type, *(a for a in self.also if mig_profile_of(a) is not None))
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The GPU models (lower case) whose whole GPUs the job may take instead."""
+        return tuple(a.lower() for a in self.also if mig_profile_of(a) is None)
+
+
+_CHOICE_WORD = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def flexible_share(gpus: int, constraint: str) -> ShareRequest | None:
+    """A request for parts of GPUs that may also take whole GPUs of other classes: untyped
+    GPUs (`--gres=gpu:1`) with a constraint that is a choice of GPU classes naming at least one
+    MIG profile (`--constraint="1g.10gb|t4|l4"`, or bracketed). Slurm gives an untyped request
+    any GPU of a node whose features match, so the job's need is its smallest profile and it
+    may run on any class named. None for any other constraint (`&`, counts, negation)."""
+    text = constraint.strip()
+    if gpus < 1 or not text:
+        return None
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    words = [w.strip() for w in text.split("|")]
+    if not all(_CHOICE_WORD.match(w) for w in words):
+        return None
+    named = [(p.slices, p.memory_gb, w) for w in words if (p := mig_profile_of(w)) is not None]
+    if not named:
+        return None
+    need = min(named)[2]
+    also = tuple(sorted({w for w in words if w != need}))
+    return ShareRequest("mig", gpus, need, also)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,9 @@ def _env(series: str) -> dict[str, str]:
         "ONPREM_MIG": "1g.10gb:7",
         "ONPREM_SHARDS": "8",
         "N_CLOUD": "1",
+        # GPU classes as features, which a job's constraint may choose among
+        "ONPREM_FEATURES": "onprem,a100,1g.10gb",
+        "CLOUD_FEATURES": "cloud,aws,us-east-1,spot,t4",
     }
     if series == "24.11":
         env["SLURM_ROOT"] = str(SLURM_ROOT)
@@ -137,6 +140,8 @@ def test_mig_and_shard_jobs_are_parts_of_gpus_on_nodes_counted_by_physical_gpus(
     mig_held = c.sbatch("-H", "-N2", "--gres=gpu:1g.10gb:1")
     shard_held = c.sbatch("-H", "--gres=shard:2")
     whole = c.sbatch("-H", "--gres=gpu:a100:1")
+    # untyped GPUs with a choice of classes naming a MIG profile: a device of it, or a T4
+    choice = c.sbatch("-H", "--gres=gpu:1", "--constraint=1g.10gb|t4")
 
     def running(snap: ClusterSnapshot) -> bool:
         states = {j.job_id: j.state for j in snap.jobs}
@@ -159,6 +164,8 @@ def test_mig_and_shard_jobs_are_parts_of_gpus_on_nodes_counted_by_physical_gpus(
         assert jobs[mig_held].share == ShareRequest("mig", 2, "1g.10gb"), source
         assert jobs[shard_held].share == ShareRequest("shard", 2), source
         assert jobs[whole].gpus == 1 and jobs[whole].share is None, source
+        assert jobs[choice].gpus == 0, source
+        assert jobs[choice].share == ShareRequest("mig", 1, "1g.10gb", ("t4",)), source
 
         onprem = [n for n in s.nodes if n.name.startswith("onprem-")]
         assert len(onprem) == 2, source

@@ -12,8 +12,15 @@ Measured on the project's clusters (docs/slurm.md, "Parts of GPUs"):
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
-from provisioner.domain.gpu_share import MigDevices, NodeShares, ShareRequest, mig_profile_of
+from provisioner.domain.gpu_share import (
+    MigDevices,
+    NodeShares,
+    ShareRequest,
+    flexible_share,
+    mig_profile_of,
+)
 
 _TRES_ITEM = re.compile(r"(?:^|,)\s*(?:gres[:/])?(gpu|shard)(?::([A-Za-z0-9_.\-]+))?[:=](\d+)")
 _GRES_ITEM = re.compile(r"(?:^|,)\s*(gpu|shard)(?::([A-Za-z0-9_.\-]+))?:(\d+)(?:\(([^)]*)\))?")
@@ -59,7 +66,19 @@ def scaled(share: ShareRequest | None, times: int) -> ShareRequest | None:
     """A per-node or per-task request over all the job's nodes or tasks."""
     if share is None or times <= 1:
         return share
-    return ShareRequest(share.kind, share.count * times, share.gres_type)
+    return replace(share, count=share.count * times)
+
+
+def with_choice(
+    gpus: int, gtype: str, share: ShareRequest | None, constraint: str
+) -> tuple[int, ShareRequest | None]:
+    """(whole GPUs, parts) once the job's constraint is read: untyped GPUs with a choice of
+    classes naming a MIG profile are parts of GPUs that may take other classes too
+    (`flexible_share`); anything else stays as requested."""
+    if share is not None or gtype or not gpus:
+        return gpus, share
+    flexible = flexible_share(gpus, constraint)
+    return (0, flexible) if flexible is not None else (gpus, share)
 
 
 def node_shares(gres: str, gres_used: str) -> NodeShares | None:

@@ -24,7 +24,7 @@ from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.naming import pool_of
 from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.snapshot import ClusterSnapshot
-from provisioner.observe.slurm.gpu_shares import node_shares, scaled, split_tres
+from provisioner.observe.slurm.gpu_shares import node_shares, scaled, split_tres, with_choice
 
 CLOUD_FEATURE = "cloud"
 DEFAULT_CLOUD_PARTITIONS: frozenset[str] = frozenset({"cloud"})
@@ -251,6 +251,7 @@ def parse_job(rec: Mapping[str, Any]) -> Job:
         raise SnapshotError(f"{where}: nodes: {exc}") from None
     nnodes = int(number(rec.get("node_count"), where=f"{where}: node_count") or 0) or len(nodes)
     gpus, gtype, share = _job_gpus(rec, nnodes or 1)
+    gpus, share = with_choice(gpus, gtype, share, _text(rec.get("features")))
     limit_min = number(rec.get("time_limit"), where=f"{where}: time_limit")
     start = _epoch(rec.get("start_time"), where=f"{where}: start_time")
     end = _epoch(rec.get("end_time"), where=f"{where}: end_time")
