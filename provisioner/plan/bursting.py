@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from provisioner.config.models import MigLayout
 from provisioner.domain.errors import UnknownName
+from provisioner.domain.gpu_share import mig_key
 from provisioner.domain.instances import IN_FLIGHT, InstanceOrigin
 from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import NodeKind, NodeState
@@ -19,7 +20,6 @@ from provisioner.plan.planning_pass import MAX_ALTERNATIVES, PlanningPass, runti
 from provisioner.plan.prediction import Bursting, BurstingJob
 from provisioner.plan.profile import INF
 from provisioner.plan.ranking import Candidate
-from provisioner.plan.share_profile import mig_key, share_key
 
 
 @dataclass
@@ -66,13 +66,15 @@ class _Slots:
         self.nodes = nodes
         self._with_room = [o for o in nodes if o.free > 0]
 
-    def find(self, gpus: int, model: str, urgent: bool, spot_allowed: bool) -> OpenNode | None:
-        """The first open node, in order, that can take the job."""
+    def find(
+        self, gpus: int, models: tuple[str, ...], urgent: bool, spot_allowed: bool
+    ) -> OpenNode | None:
+        """The first open node, in order, that can take the job: of one of its `models`."""
         # A job of no GPUs fits a full node too, so it looks at them all.
         for o in self._with_room if gpus > 0 else self.nodes:
             if (
                 o.free >= gpus
-                and o.gpu_model == model
+                and o.gpu_model in models
                 and not (urgent and o.spot)
                 and (not o.spot or spot_allowed)
             ):
@@ -118,12 +120,14 @@ class _AtMax:
     budget_s: float
 
 
-def demand_of(job: Job, onprem_model: str) -> tuple[int, str]:
+def demand_of(job: Job, onprem_model: str) -> tuple[int, tuple[str, ...]]:
     """What a job takes from a node, and of what: GPUs of its model, or MIG devices of its GRES
-    type (a MIG pool's node offers those only; see PlanningPass.share_candidates)."""
-    if job.share is not None and not job.gpus and job.share.kind == "mig":
-        return job.share.count, share_key(job.share)
-    return job.gpus, (job.gpu_type or onprem_model).lower()
+    type (a MIG pool's node offers those only; see PlanningPass.share_candidates), or of any
+    class its constraint allows (MIG profiles first, then whole GPUs of the models named)."""
+    share = job.share
+    if share is not None and not job.gpus and share.kind == "mig":
+        return share.count, (*(mig_key(t) for t in share.profiles), *share.models)
+    return job.gpus, ((job.gpu_type or onprem_model).lower(),)
 
 
 def capacity_in_flight(p: PlanningPass) -> list[OpenNode]:
@@ -200,7 +204,7 @@ class _BurstPass:
 
     def _place(self, b: BurstingJob) -> None:
         p, job = self.p, b.job
-        units, model = demand_of(job, p.onprem_model)
+        units, models = demand_of(job, p.onprem_model)
         team = self._team(job.account)
         wait_s = b.start - p.now
         about = {"predicted_wait_s": wait_s, "wait_budget_s": b.budget, "team": team}
@@ -208,7 +212,7 @@ class _BurstPass:
             p.decide(ReasonCode.BLOCKED_PAUSED, (job.job_id,), **about)
             return
         # 1. capacity already bought (single-node jobs only: a gang needs fresh nodes).
-        slot = self.slots.find(units, model, b.wait.urgent, b.wait.spot_allowed)
+        slot = self.slots.find(units, models, b.wait.urgent, b.wait.spot_allowed)
         if slot is not None:
             self.slots.take(slot, units, job.job_id)
             if slot.scale_up >= 0:
@@ -226,13 +230,13 @@ class _BurstPass:
             return
         # 2. a new node: the cheapest offer that passes every guardrail.
         if not b.ranked:
-            detail = {"gpu_model": model, "gpus": str(job.gpus)}
+            detail = {"gpu_model": "|".join(models), "gpus": str(job.gpus)}
             p.decide(ReasonCode.BLOCKED_NO_OFFER, (job.job_id,), detail=detail, **about)
             return
         if p.full_pools(b.ranked) is not None:
             self._park_at_max(b, team, wait_s)
             return
-        self._new_node(b, model, units, team, wait_s)
+        self._new_node(b, models[0], units, team, wait_s)
 
     def _park_at_max(self, b: BurstingJob, team: str, wait_s: float) -> None:
         """Every pool that could take this job is at its max size: one decision for all such
@@ -294,6 +298,8 @@ class _BurstPass:
             )
         )
         leftover = p.units_per_node(chosen) - units
+        if job.share is not None:  # its node may be of any class the job allows
+            model = p.unit_key(chosen)
         if chosen.nodes == 1 and leftover > 0:
             spot = chosen.key.capacity is CapacityType.SPOT
             node = OpenNode(

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from provisioner.config.models import Policy, PoolPolicy, WaitPolicy
-from provisioner.domain.gpu_share import ShareRequest
+from provisioner.domain.gpu_share import ShareRequest, mig_key
 from provisioner.domain.instances import InstanceState
-from provisioner.domain.jobs import Job
+from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import (
     LOWER_BOUND,
@@ -148,7 +148,8 @@ class PlanningPass:
         # This pass's own view of the rankings it used: one dict look-up per job.
         self._pass_ranks: dict[tuple[int, str, str, bool, int], list[Candidate]] = {}
         # share_candidates, per (GRES type, partition, spot, runtime bucket): once per pass
-        self._share_ranks: dict[tuple[str, str, bool, int], list[Candidate]] = {}
+        self._share_ranks: dict[tuple[ShareRequest, str, bool, int], list[Candidate]] = {}
+        self._pending_shares: dict[ShareRequest, int] | None = None  # units per kind of part
         self._pools_of: dict[int, frozenset[str]] = {}
         self._full: dict[int, frozenset[str]] = {}
         self._pools_by_partition: dict[str, tuple[PoolPolicy, ...]] = {}
@@ -219,17 +220,42 @@ class PlanningPass:
         per_gpu = pool.mig.per_gpu if pool.mig is not None else 1
         return cand.gpus_per_node * per_gpu
 
+    def unit_key(self, cand: Candidate) -> str:
+        """What a node of `cand` offers, as open nodes are keyed: MIG devices of its pool's
+        profile, or whole GPUs of its model."""
+        mig = self.policy.pool(cand.pool).mig
+        return mig_key(mig.profile) if mig is not None else cand.offer.gpu_model.lower()
+
     def share_candidates(self, job: Job, spot_ok: bool, runtime: float) -> list[Candidate]:
-        """Offers of the MIG pools whose devices are the job's GRES type (Slurm matches it
-        exactly), one node each, cheapest per device-hour first: a slice is priced at its part
-        of the whole node."""
+        """One node each of the MIG pools whose devices the job may take (Slurm matches a
+        typed request's type exactly) and, where its constraint names them, of whole GPUs of
+        other models with the memory its MIG profile has: cheapest per job first, each node
+        priced whole and split over the parts it would fill (`share_cost`)."""
         share = job.share
         assert share is not None
-        key = (share.gres_type, job.partition, spot_ok, int(math.log2(runtime + 1.0)))
+        key = (share, job.partition, spot_ok, int(math.log2(runtime + 1.0)))
         hit = self._share_ranks.get(key)
         if hit is None:
             hit = self._share_ranks[key] = self._share_candidates(job, share, spot_ok, runtime)
         return hit
+
+    def share_cost(self, cand: Candidate, runtime: float, share: ShareRequest) -> float:
+        """A share job's part of a node's expected bill: the node over the parts that the
+        pending jobs of its kind would fill, at least the job's own. The cloud bills the whole
+        node, so a node few jobs fill is dear for each of them."""
+        fill = max(share.count, self._share_demand().get(share, 0))
+        units = self.units_per_node(cand)
+        return cand.expected_cost(runtime, self.policy.spot) * share.count / min(units, fill)
+
+    def _share_demand(self) -> dict[ShareRequest, int]:
+        if self._pending_shares is None:
+            demand: dict[ShareRequest, int] = {}
+            for j in self.snap.jobs:
+                if j.share is not None and j.state is JobState.PENDING:
+                    kind = replace(j.share, count=1)
+                    demand[kind] = demand.get(kind, 0) + j.share.count
+            self._pending_shares = demand
+        return self._pending_shares
 
     def _share_candidates(
         self, job: Job, share: ShareRequest, spot_ok: bool, runtime: float
@@ -240,20 +266,25 @@ class PlanningPass:
             p
             for p in self.policy.pools
             if p.mig is not None
-            and p.mig.profile == share.gres_type
+            and p.mig.profile in share.profiles
             and (p.partition in parts or can_move)
         ]
-        if not pools:
-            return []
         caps = (CapacityType.ON_DEMAND, CapacityType.SPOT) if spot_ok else (CapacityType.ON_DEMAND,)
         found: list[Candidate] = []
         for pool in pools:
             model = pool.gpu_model or self.onprem_model
             found += candidates_for(1, model, [pool], self.catalog, caps, self.policy.spot)
-        ranked = rank([c for c in found if c.nodes == 1], runtime, self.policy.spot)
-        ranked.sort(
-            key=lambda c: c.expected_cost(runtime, self.policy.spot) / self.units_per_node(c)
-        )
+        # whole GPUs of the models it names, each with at least its profile's memory
+        need = share.profile.memory_gb if share.profile is not None else math.inf
+        for model in share.models:
+            whole = candidates_for(
+                1, model, self.pools_for(job), self.catalog, caps, self.policy.spot
+            )
+            found += [c for c in whole if (c.offer.gpu_mem_gb or 0.0) >= need]
+        fits = [c for c in found if c.nodes == 1 and self.units_per_node(c) >= share.count]
+        one = replace(share, count=1)
+        ranked = rank(fits, runtime, self.policy.spot)
+        ranked.sort(key=lambda c: self.share_cost(c, runtime, one))
         return ranked
 
     def runs_onprem(self, job: Job) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from provisioner.config.models import Policy
-from provisioner.domain.gpu_share import ShareRequest
+from provisioner.domain.gpu_share import ShareRequest, mig_key
 from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import Node, NodeKind
 from provisioner.domain.plan import ReasonCode
@@ -20,11 +20,6 @@ from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.planning_pass import JobClass, PlanningPass, planned_runtime
 from provisioner.plan.profile import INF, OnPremProfile
 from provisioner.plan.ranking import Candidate
-
-
-def mig_key(gres_type: str) -> str:
-    """What MIG devices of one GRES type are known by, in profiles and open burst nodes."""
-    return f"mig:{gres_type}"
 
 
 def share_key(share: ShareRequest) -> str:
@@ -89,6 +84,21 @@ def _hold_running(
         prof.hold_from_start(idx, held)
 
 
+def _profile_for(profiles: dict[str, OnPremProfile], share: ShareRequest) -> OnPremProfile | None:
+    """The on-prem devices a job may take. One whose constraint allows several profiles is
+    planned on the first that on-prem nodes offer; whole GPUs it may also take on-prem are not
+    counted (it may start sooner than planned, never later)."""
+    if share.kind != "mig":
+        return profiles.get("shard")
+    return next((profiles[k] for t in share.profiles if (k := mig_key(t)) in profiles), None)
+
+
+def _no_pool(share: ShareRequest) -> str:
+    if not share.also:
+        return f"no MIG pool offers {share.gres_type}"
+    return f"no pool offers any of {'|'.join((share.gres_type, *share.also))}"
+
+
 def share_verdict(
     p: PlanningPass,
     profiles: dict[str, OnPremProfile],
@@ -104,7 +114,7 @@ def share_verdict(
     share = job.share
     assert share is not None
     now = p.now
-    prof = profiles.get(share_key(share))
+    prof = _profile_for(profiles, share)
     place = None
     if prof is not None and prof.total_gpus >= share.count:
         place = prof.earliest(share.count, now, runtime)
@@ -118,7 +128,7 @@ def share_verdict(
     budget = INF
     if ranked:
         c = ranked[0]
-        cost = c.expected_cost(runtime, p.policy.spot) * share.count / p.units_per_node(c)
+        cost = p.share_cost(c, runtime, share)
         budget = 0.0 if jc.wait.urgent else jc.wait.job_budget_s(1, est, cost)
         boot = min(x.boot_s for x in ranked)
         if start - job.submit_ts > budget and start - now > boot:
@@ -130,13 +140,13 @@ def share_verdict(
         p.decide(
             ReasonCode.WAIT_GPU_SHARE,
             (job.job_id,),
-            detail={**about, "why": f"{why}, and no MIG pool offers {share.gres_type}"},
+            detail={**about, "why": f"{why}, and {_no_pool(share)}"},
         )
         return None
     assert prof is not None
     prof.commit(place, start + runtime)
     p.predicted[job.job_id] = start
-    why = "within its waiting budget" if ranked else f"no MIG pool offers {share.gres_type}"
+    why = "within its waiting budget" if ranked else _no_pool(share)
     p.decide(
         ReasonCode.WAIT_GPU_SHARE,
         (job.job_id,),
