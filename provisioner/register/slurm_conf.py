@@ -59,7 +59,12 @@ class BurstNodeSet:
 
     @property
     def features(self) -> tuple[str, ...]:
-        return ("cloud", self.cloud, self.region, self.capacity, *self.extra_features)
+        """Where and how it runs, then its GPU class: the model in lower case (`t4`) and a MIG
+        pool's device type, which a job's constraint may name (`--constraint="1g.10gb|t4"`)."""
+        gpu = (self.gpu_type.lower(),) if self.gpus and self.gpu_type else ()
+        mig = (self.mig_type,) if self.gpus and self.mig_type else ()
+        where = ("cloud", self.cloud, self.region, self.capacity)
+        return tuple(dict.fromkeys((*where, *gpu, *mig, *self.extra_features)))
 
     @property
     def node_names(self) -> tuple[str, ...]:
