@@ -234,11 +234,19 @@ class PoolPolicy(Strict):
     # MIG-partitioned nodes: jobs asking for these devices burst here, packed several to a
     # node; whole-GPU jobs never do. None: whole GPUs.
     mig: MigLayout | None = None
+    # Shared GPUs: jobs asking for shards (`--gres=shard:N`) burst here, `shards_per_gpu` of
+    # them to each GPU (Slurm's shard GRES); whole-GPU jobs never do. None: whole GPUs.
+    shards_per_gpu: int | None = Field(default=None, ge=1, le=128)
 
     @model_validator(mode="after")
     def _needs_gpu_selector(self) -> PoolPolicy:
         if not self.gpu_model and self.min_gpu_mem_gb is None and not self.instance_types:
             raise InvalidArgument("set gpu_model, min_gpu_mem_gb or instance_types")
+        if self.mig is not None and self.shards_per_gpu is not None:
+            raise InvalidArgument(
+                f"pool {self.name}: mig and shards_per_gpu both set; a pool's GPUs are cut into "
+                "MIG devices or shared as shards, not both"
+            )
         if self.instance_profile and self.cloud != "aws":
             raise InvalidArgument(f"instance_profile is AWS's; pool {self.name} is {self.cloud}")
         if self.service_account and self.cloud != "gcp":

@@ -63,6 +63,11 @@ def mig_key(gres_type: str) -> str:
     return f"mig:{gres_type}"
 
 
+def shards_key(gpu_model: str) -> str:
+    """What shards of one GPU model are known by in the planner's open burst nodes."""
+    return f"shard:{gpu_model.lower()}"
+
+
 @dataclass(frozen=True, slots=True)
 class ShareRequest:
     """A job's request for parts of GPUs, as Slurm states it: `count` MIG devices of the GRES

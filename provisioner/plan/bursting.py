@@ -8,12 +8,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from provisioner.config.models import MigLayout
+from provisioner.config.models import MigLayout, PoolPolicy
 from provisioner.domain.errors import UnknownName
-from provisioner.domain.gpu_share import mig_key
+from provisioner.domain.gpu_share import mig_key, shards_key
 from provisioner.domain.instances import IN_FLIGHT, InstanceOrigin
 from provisioner.domain.jobs import Job
-from provisioner.domain.nodes import NodeKind, NodeState
+from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Alternative, MoveJobs, ReasonCode, Rejection, ScaleUp
 from provisioner.plan.planning_pass import MAX_ALTERNATIVES, PlanningPass, runtime_detail, usd
@@ -37,24 +37,52 @@ class OpenNode:
 
 
 def _layout(p: PlanningPass, cand: Candidate) -> dict[str, str]:
-    """A MIG pool's node in words for the decision: its layout, and its price split over its
-    devices (the cloud bills the whole node; each device's part is what a job pays)."""
+    """A MIG or shard pool's node in words for the decision: its layout, and its price split
+    over its devices (the cloud bills the whole node; each device's part is what a job pays)."""
     mig = _mig_of(p, cand.pool)
-    if mig is None:
+    shards = _shards_of(p, cand.pool)
+    if mig is not None:
+        layout = f"{mig.per_gpu} x {mig.profile} on each of {cand.gpus_per_node} GPUs"
+    elif shards:
+        layout = f"{shards} shards on each of {cand.gpus_per_node} GPUs"
+    else:
         return {}
-    devices = cand.gpus_per_node * mig.per_gpu
+    devices = p.units_per_node(cand)
     return {
-        "mig_layout": f"{mig.per_gpu} x {mig.profile} on each of {cand.gpus_per_node} GPUs",
+        "mig_layout" if mig is not None else "shard_layout": layout,
         "devices_per_node": str(devices),
         "usd_per_device_hour": f"{cand.usd_hr_per_node / devices:.6f}",
     }
 
 
-def _mig_of(p: PlanningPass, pool: str) -> MigLayout | None:
+def _pool_of(p: PlanningPass, pool: str) -> PoolPolicy | None:
     try:
-        return p.policy.pool(pool).mig
+        return p.policy.pool(pool)
     except UnknownName:  # a pool since removed from the policy
         return None
+
+
+def _mig_of(p: PlanningPass, pool: str) -> MigLayout | None:
+    policy = _pool_of(p, pool)
+    return policy.mig if policy is not None else None
+
+
+def _shards_of(p: PlanningPass, pool: str) -> int:
+    """Shards per GPU of a shard pool's nodes; 0 for any other pool."""
+    policy = _pool_of(p, pool)
+    return (policy.shards_per_gpu or 0) if policy is not None else 0
+
+
+def _free_parts(n: Node) -> list[tuple[str, int]]:
+    """A burst node's free MIG devices per type, and its free shards (none when Slurm did
+    not say how many are in use), by their open-node keys."""
+    s = n.shares
+    if s is None:
+        return []
+    free = [(mig_key(t), k) for t, k in s.mig_free.items() if k > 0]
+    if s.shards and s.shards_used is not None and s.shards > s.shards_used:
+        free.append((shards_key(n.gpu_type), s.shards - s.shards_used))
+    return free
 
 
 class _Slots:
@@ -120,14 +148,17 @@ class _AtMax:
     budget_s: float
 
 
-def demand_of(job: Job, onprem_model: str) -> tuple[int, tuple[str, ...]]:
+def demand_of(job: Job, p: PlanningPass) -> tuple[int, tuple[str, ...]]:
     """What a job takes from a node, and of what: GPUs of its model, or MIG devices of its GRES
     type (a MIG pool's node offers those only; see PlanningPass.share_candidates), or of any
-    class its constraint allows (MIG profiles first, then whole GPUs of the models named)."""
+    class its constraint allows (MIG profiles first, then whole GPUs of the models named), or
+    shards of its GPU type (any shard pool's, untyped)."""
     share = job.share
-    if share is not None and not job.gpus and share.kind == "mig":
-        return share.count, (*(mig_key(t) for t in share.profiles), *share.models)
-    return job.gpus, ((job.gpu_type or onprem_model).lower(),)
+    if share is not None and not job.gpus:
+        if share.kind == "mig":
+            return share.count, (*(mig_key(t) for t in share.profiles), *share.models)
+        return share.count, (shards_key(share.gres_type),) if share.gres_type else p.shard_keys
+    return job.gpus, ((job.gpu_type or p.onprem_model).lower(),)
 
 
 def capacity_in_flight(p: PlanningPass) -> list[OpenNode]:
@@ -140,11 +171,10 @@ def capacity_in_flight(p: PlanningPass) -> list[OpenNode]:
         if n.kind is not NodeKind.BURST or n.state not in (NodeState.IDLE, NodeState.MIXED):
             continue
         spot = "spot" in n.features
-        for t, free in (n.shares.mig_free if n.shares is not None else {}).items():
-            if free > 0:  # a MIG pool's node: its free devices, for jobs asking for them
-                seen.add(n.instance_id or n.name)
-                nodes.append(OpenNode(n.pool, None, mig_key(t), free, spot, node_name=n.name))
-        if n.gpus_free <= 0:
+        for key, free in _free_parts(n):  # a MIG or shard pool's node: for jobs asking for parts
+            seen.add(n.instance_id or n.name)
+            nodes.append(OpenNode(n.pool, None, key, free, spot, node_name=n.name))
+        if n.gpus_free <= 0 or _shards_of(p, n.pool):  # a shard pool's GPUs: for shard jobs
             continue
         seen.add(n.instance_id or n.name)
         nodes.append(
@@ -168,6 +198,12 @@ def capacity_in_flight(p: PlanningPass) -> list[OpenNode]:
             if node is None or not node.gpus_alloc:
                 nodes.append(OpenNode(inst.pool, inst.offer, mig_key(mig.profile),
                                       inst.gpus * mig.per_gpu, spot))  # fmt: skip
+            continue
+        per_gpu = _shards_of(p, inst.pool)
+        if per_gpu:  # likewise, every shard free
+            if node is None or not node.gpus_alloc:
+                nodes.append(OpenNode(inst.pool, inst.offer, shards_key(inst.gpu_model),
+                                      inst.gpus * per_gpu, spot))  # fmt: skip
             continue
         nodes.append(OpenNode(inst.pool, inst.offer, inst.gpu_model.lower(), free, spot))
     return nodes
@@ -204,7 +240,7 @@ class _BurstPass:
 
     def _place(self, b: BurstingJob) -> None:
         p, job = self.p, b.job
-        units, models = demand_of(job, p.onprem_model)
+        units, models = demand_of(job, p)
         team = self._team(job.account)
         wait_s = b.start - p.now
         about = {"predicted_wait_s": wait_s, "wait_budget_s": b.budget, "team": team}

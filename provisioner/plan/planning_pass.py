@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from provisioner.config.models import Policy, PoolPolicy, WaitPolicy
-from provisioner.domain.gpu_share import ShareRequest, mig_key
+from provisioner.domain.gpu_share import ShareRequest, mig_key, shards_key
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.offers import CapacityType, OfferKey
@@ -207,9 +207,11 @@ class PlanningPass:
         if hit is None:
             parts = set(job.partitions)
             can_move = bool(parts & self.onprem_parts)
-            # MIG pools take only jobs asking for their devices (share_candidates)
+            # MIG and shard pools take only jobs asking for their parts (share_candidates)
             hit = tuple(
-                p for p in self.policy.pools if (p.partition in parts or can_move) and p.mig is None
+                p
+                for p in self.policy.pools
+                if (p.partition in parts or can_move) and p.mig is None and not p.shards_per_gpu
             )
             self._pools_by_partition[job.partition] = hit
         return hit
@@ -217,14 +219,23 @@ class PlanningPass:
     def units_per_node(self, cand: Candidate) -> int:
         """What a node of `cand` offers jobs: its GPUs, or its MIG devices in a MIG pool."""
         pool = self.policy.pool(cand.pool)
-        per_gpu = pool.mig.per_gpu if pool.mig is not None else 1
+        per_gpu = pool.mig.per_gpu if pool.mig is not None else pool.shards_per_gpu or 1
         return cand.gpus_per_node * per_gpu
 
     def unit_key(self, cand: Candidate) -> str:
         """What a node of `cand` offers, as open nodes are keyed: MIG devices of its pool's
         profile, or whole GPUs of its model."""
-        mig = self.policy.pool(cand.pool).mig
-        return mig_key(mig.profile) if mig is not None else cand.offer.gpu_model.lower()
+        pool = self.policy.pool(cand.pool)
+        if pool.mig is not None:
+            return mig_key(pool.mig.profile)
+        model = cand.offer.gpu_model
+        return shards_key(model) if pool.shards_per_gpu else model.lower()
+
+    @property
+    def shard_keys(self) -> tuple[str, ...]:
+        """The open-node keys of every shard pool's GPUs: where an untyped shard job fits."""
+        models = (p.gpu_model or self.onprem_model for p in self.policy.pools if p.shards_per_gpu)
+        return tuple(dict.fromkeys(shards_key(m) for m in models))
 
     def share_candidates(self, job: Job, spot_ok: bool, runtime: float) -> list[Candidate]:
         """One node each of the MIG pools whose devices the job may take (Slurm matches a
@@ -265,9 +276,7 @@ class PlanningPass:
         pools = [
             p
             for p in self.policy.pools
-            if p.mig is not None
-            and p.mig.profile in share.profiles
-            and (p.partition in parts or can_move)
+            if self._offers_part(p, share) and (p.partition in parts or can_move)
         ]
         caps = (CapacityType.ON_DEMAND, CapacityType.SPOT) if spot_ok else (CapacityType.ON_DEMAND,)
         found: list[Candidate] = []
@@ -286,6 +295,14 @@ class PlanningPass:
         ranked = rank(fits, runtime, self.policy.spot)
         ranked.sort(key=lambda c: self.share_cost(c, runtime, one))
         return ranked
+
+    def _offers_part(self, pool: PoolPolicy, share: ShareRequest) -> bool:
+        """A MIG pool of a profile the job names, or a shard pool of the GPU type its shard
+        request names (any, for an untyped one)."""
+        if share.kind == "mig":
+            return pool.mig is not None and pool.mig.profile in share.profiles
+        model = (pool.gpu_model or self.onprem_model).lower()
+        return bool(pool.shards_per_gpu) and share.gres_type.lower() in ("", model)
 
     def runs_onprem(self, job: Job) -> bool:
         hit = self._onprem_partition.get(job.partition)

@@ -3,8 +3,9 @@
 One availability profile per kind of part: `mig:<GRES type>` (Slurm matches a MIG request to
 devices of exactly that type) and `shard`, with each on-prem node's count as its capacity and
 the running jobs' parts held until their expected ends, as `build_profile` does for whole GPUs.
-The planner does not burst parts of GPUs yet: a job that cannot start at once waits for them,
-and its decision says when and why.
+A job that cannot start within its budget bursts to a MIG or shard pool, or to a small whole
+GPU its constraint names (`PlanningPass.share_candidates`); one with nowhere to go waits, and its
+decision says when and why.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def _profile_for(profiles: dict[str, OnPremProfile], share: ShareRequest) -> OnP
 
 
 def _no_pool(share: ShareRequest) -> str:
+    if share.kind == "shard":
+        return f"no shard pool offers {share.gres_type or 'shards'}"
     if not share.also:
         return f"no MIG pool offers {share.gres_type}"
     return f"no pool offers any of {'|'.join((share.gres_type, *share.also))}"

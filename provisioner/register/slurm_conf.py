@@ -51,6 +51,8 @@ class BurstNodeSet:
     # and no whole GPU (issue 32)
     mig_type: str = ""
     mig_per_gpu: int = 0
+    # A shard pool: `shards_per_gpu` shards (Slurm's GPU-sharing GRES) on each of its GPUs
+    shards_per_gpu: int = 0
 
     def __post_init__(self) -> None:
         if self.count < 1 or self.gpus < 0 or self.cpus < 1 or self.real_memory_mb < 1:
@@ -83,7 +85,9 @@ def _node_line(names: str, s: BurstNodeSet, port: int | None) -> str:
     if s.gpus and s.mig_type:
         parts.append(f"Gres=gpu:{s.mig_type}:{s.gpus * s.mig_per_gpu}")
     elif s.gpus:
-        parts.append(f"Gres=gpu:{s.gpu_type}:{s.gpus}" if s.gpu_type else f"Gres=gpu:{s.gpus}")
+        gres = f"gpu:{s.gpu_type}:{s.gpus}" if s.gpu_type else f"gpu:{s.gpus}"
+        shards = f",shard:{s.gpus * s.shards_per_gpu}" if s.shards_per_gpu else ""
+        parts.append(f"Gres={gres}{shards}")
     parts += [f"Feature={','.join(s.features)}", f"Weight={s.weight}", "State=CLOUD"]
     return " ".join(parts)
 
@@ -129,7 +133,11 @@ def render_gres_conf(sets: Sequence[BurstNodeSet], *, device_prefix: str = "/dev
             lines.append(f"NodeName={s.hostlist} AutoDetect=nvml")
         elif s.gpus:
             t = f" Type={s.gpu_type}" if s.gpu_type else ""
-            lines.append(f"NodeName={s.hostlist} Name=gpu{t} File={device_prefix}[0-{s.gpus - 1}]")
+            files = f"File={device_prefix}[0-{s.gpus - 1}]"
+            lines.append(f"NodeName={s.hostlist} Name=gpu{t} {files}")
+            if s.shards_per_gpu:  # spread evenly over the same GPUs
+                count = s.gpus * s.shards_per_gpu
+                lines.append(f"NodeName={s.hostlist} Name=shard Count={count} {files}")
     return "\n".join(lines) + "\n"
 
 

@@ -163,3 +163,60 @@ def test_a_constraint_choosing_classes_reads_as_parts_of_gpus() -> None:
     assert (job.gpus, job.share) == (0, ShareRequest("mig", 1, "1g.10gb", ("t4",)))
     typed = parse_job({**rec, "tres_per_node": "gres/gpu:a100:1"})
     assert (typed.gpus, typed.gpu_type, typed.share) == (1, "a100", None)
+
+
+# ---- shard pools: GPUs shared by shard count ---------------------------------------------
+SHARED = _pool("aws-t4-shared", "T4", shards_per_gpu=4)
+
+
+def test_shard_jobs_burst_packed_to_a_shard_pool_priced_per_shard() -> None:
+    # four jobs of 2 shards: a one-T4 node holds 4 shards, so two nodes of two jobs each
+    jobs = _jobs(4, ShareRequest("shard", 2))
+    result = _plan(*jobs, pools=[*POOLS, SHARED])
+    assert sorted((u.pool, len(u.job_ids)) for u in result.scale_ups) == [
+        ("aws-t4-shared", 2),
+        ("aws-t4-shared", 2),
+    ]
+    d = result.scale_ups[0].decision
+    assert d.detail["shard_layout"] == "4 shards on each of 1 GPUs"
+    assert d.detail["usd_per_device_hour"] == f"{0.526 / 4:.6f}"
+
+
+def test_a_typed_shard_request_takes_only_its_models_shards() -> None:
+    result = _plan(*_jobs(1, ShareRequest("shard", 1, "a100")), pools=[*POOLS, SHARED])
+    assert not result.scale_ups
+    (d,) = [d for d in result.decisions if "p000" in d.job_ids]
+    assert d.reason is ReasonCode.WAIT_GPU_SHARE and "no shard pool offers a100" in d.detail["why"]
+    # of the right type it bursts there
+    t4 = _plan(*_jobs(1, ShareRequest("shard", 1, "t4")), pools=[*POOLS, SHARED])
+    assert [u.pool for u in t4.scale_ups] == ["aws-t4-shared"]
+
+
+def test_a_whole_gpu_job_never_goes_to_a_shard_pool() -> None:
+    t4 = replace(pending("w", 1, 3600.0), gpu_type="t4")
+    result = _plan(t4, pools=[POOLS[0], SHARED])
+    assert not result.scale_ups
+    (d,) = [d for d in result.decisions if "w" in d.job_ids]
+    assert d.reason is ReasonCode.BLOCKED_NO_OFFER
+
+
+def test_free_shards_on_a_running_shard_node_come_first() -> None:
+    burst = Node(
+        "aws-t4-shared-1",
+        NodeKind.BURST,
+        1,
+        gpu_type="t4",
+        state=NodeState.MIXED,
+        pool="aws-t4-shared",
+        features=("cloud",),
+        shares=NodeShares(shards=4, shards_used=1, shards_per_gpu=4),
+    )
+    result = _plan(*_jobs(4, ShareRequest("shard", 1)), nodes=(NODE, burst), pools=[SHARED])
+    covered = [d for d in result.decisions if d.reason is ReasonCode.COVERED_BY_INFLIGHT]
+    assert sorted(j for d in covered for j in d.job_ids) == ["p000", "p001", "p002"]
+    (up,) = result.scale_ups
+    assert up.job_ids == ("p003",) and up.pool == "aws-t4-shared"
+    # 22.05 does not say how many shards are in use: none is counted free
+    unknown = replace(burst, shares=NodeShares(shards=4, shards_used=None))
+    again = _plan(*_jobs(1, ShareRequest("shard", 1)), nodes=(NODE, unknown), pools=[SHARED])
+    assert [u.pool for u in again.scale_ups] == ["aws-t4-shared"]
