@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from provisioner.config.models import Policy, PoolPolicy, WaitPolicy
-from provisioner.domain.gpu_share import ShareRequest, mig_key, shards_key
+from provisioner.domain.gpu_share import ShareRequest, mig_key, mig_profile_of, shards_key
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.offers import CapacityType, OfferKey
@@ -112,6 +112,16 @@ class FirstAllowed:
     at: int
     alternatives: list[Alternative]
     blocked: ReasonCode | None
+
+
+def _holds_layout(pool: PoolPolicy, cand: Candidate) -> bool:
+    """A MIG pool's offer has the memory its layout cuts from each GPU (`7 x 1g.10gb` needs an
+    80 GB A100, not a 40 GB one); an offer of unknown memory is taken at its word."""
+    mig, mem = pool.mig, cand.offer.gpu_mem_gb
+    if mig is None or mem is None:
+        return True
+    profile = mig_profile_of(mig.profile)
+    return profile is None or mem >= profile.memory_gb * mig.per_gpu
 
 
 class PlanningPass:
@@ -282,7 +292,8 @@ class PlanningPass:
         found: list[Candidate] = []
         for pool in pools:
             model = pool.gpu_model or self.onprem_model
-            found += candidates_for(1, model, [pool], self.catalog, caps, self.policy.spot)
+            offers = candidates_for(1, model, [pool], self.catalog, caps, self.policy.spot)
+            found += [c for c in offers if _holds_layout(pool, c)]
         # whole GPUs of the models it names, each with at least its profile's memory
         need = share.profile.memory_gb if share.profile is not None else math.inf
         for model in share.models:

@@ -5,8 +5,9 @@ takes only devices of that type; untyped GPUs with a constraint choosing among G
 (`--gres=gpu:1 --constraint="1g.10gb|l4"`) take a device of a profile named, or a whole GPU of a
 model named that has the memory of its smallest profile. Among what it may take, the planner
 buys what costs least for the jobs waiting: a node's whole price, split over the parts they
-would fill. Prices by hand: the p4d is $32/h for 8 A100s (56 one-slice devices: $0.5714 each
-when full), the g6.xlarge $0.805/h for one 24 GB L4, the g4dn.xlarge $0.526/h for one 16 GB T4.
+would fill. Prices by hand: the p4d-like node is $32/h for 8 80 GB A100s (56 one-slice devices:
+$0.5714 each when full), the g6.xlarge $0.805/h for one 24 GB L4, the g4dn.xlarge $0.526/h for
+one 16 GB T4.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ POOLS = [
     _pool("aws-t4", "T4"),
 ]
 OFFERS = (
-    offer(),  # p4d.24xlarge, 8 x A100 40 GB, $32/h
+    replace(offer(), gpu_mem_gb=80.0),  # 8 x A100 80 GB, $32/h: room for 7 x 1g.10gb each
     replace(offer(itype="g6.xlarge", gpus=1, od="0.805", model="L4"), gpu_mem_gb=24.0),
     replace(offer(itype="g4dn.xlarge", gpus=1, od="0.526", model="T4"), gpu_mem_gb=16.0),
 )

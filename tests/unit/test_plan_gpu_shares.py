@@ -75,8 +75,8 @@ def test_running_share_jobs_hold_no_whole_gpu() -> None:
 
 
 # ---- bursting parts of GPUs to a MIG pool ------------------------------------------------
-# Pools: aws-a100 (whole GPUs) and aws-mig (the same p4d, every GPU cut into 7 x 1g.10gb: 56
-# devices a node). The catalog: the p4d only, $32/h on demand: $0.5714 a device-hour.
+# Pools: aws-a100 (whole GPUs) and aws-mig (every GPU cut into 7 x 1g.10gb: 56 devices a node).
+# The catalog: an 8 x A100 80 GB node only, $32/h on demand: $0.5714 a device-hour.
 MIG_POOL = {
     "name": "aws-mig",
     "cloud": "aws",
@@ -89,6 +89,10 @@ MIG_POOL = {
 }
 
 
+# 7 x 1g.10gb on each GPU needs 70 GB of it: an 80 GB A100 (a 40 GB one is never bought)
+A100_80GB = replace(offer(), gpu_mem_gb=80.0)
+
+
 def _mig_policy():
     base = policy()
     pools = [p.model_dump(mode="json") for p in base.pools] + [MIG_POOL]
@@ -97,7 +101,7 @@ def _mig_policy():
 
 def _plan_mig(*jobs, nodes=(NODE,)):
     snap = ClusterSnapshot(taken_ts=T0, jobs=tuple(jobs), nodes=tuple(nodes))
-    return plan(snap, _mig_policy(), catalog(offer()), Backoff(), T0)
+    return plan(snap, _mig_policy(), catalog(A100_80GB), Backoff(), T0)
 
 
 def test_mig_jobs_past_their_budget_burst_packed_on_one_mig_node() -> None:
@@ -162,3 +166,11 @@ def test_free_devices_on_a_running_mig_node_are_used_before_buying() -> None:
     assert sum(len(d.job_ids) for d in covered) == 6  # the node's 6 free devices
     (up,) = result.scale_ups
     assert len(up.job_ids) == 2 and up.pool == "aws-mig"
+
+
+def test_a_node_whose_gpus_lack_the_layouts_memory_is_never_bought() -> None:
+    jobs = [replace(pending(f"p{k}", 0, 3600.0, submit=T0 + k), share=MIG) for k in range(3)]
+    snap = ClusterSnapshot(taken_ts=T0, jobs=(*_slices_busy(36_000), *jobs), nodes=(NODE,))
+    result = plan(snap, _mig_policy(), catalog(offer()), Backoff(), T0)  # 40 GB A100s
+    assert not result.scale_ups
+    assert {d.reason for d in result.decisions if "p0" in d.job_ids} == {ReasonCode.WAIT_GPU_SHARE}
