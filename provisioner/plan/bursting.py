@@ -6,11 +6,11 @@ size and the hard budgets. Jobs whose every pool is full share one decision.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from provisioner.config.models import MigLayout, PoolPolicy
 from provisioner.domain.errors import UnknownName
-from provisioner.domain.gpu_share import mig_key, shards_key
+from provisioner.domain.gpu_share import ShareRequest, mig_key, shards_key
 from provisioner.domain.instances import IN_FLIGHT, InstanceOrigin
 from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import Node, NodeKind, NodeState
@@ -224,8 +224,14 @@ class _BurstPass:
         self.planned_nodes = 0
         self.slots = _Slots(open_nodes)
         self.teams: dict[str, str] = {}  # account -> team, looked up once per pass
+        # parts still to place per request (count 1) of the jobs bursting for parts of GPUs
+        self.share_left: dict[ShareRequest, int] = {}
 
     def run(self, bursting: Bursting) -> None:
+        for job in bursting.jobs:
+            if job.share is not None and not job.gpus:
+                kind = replace(job.share, count=1)
+                self.share_left[kind] = self.share_left.get(kind, 0) + job.share.count
         for b in bursting:
             self._place(b)
         self.p.planned_nodes = self.planned_nodes
@@ -241,6 +247,7 @@ class _BurstPass:
     def _place(self, b: BurstingJob) -> None:
         p, job = self.p, b.job
         units, models = demand_of(job, p)
+        fill = self._share_fill(job)
         team = self._team(job.account)
         wait_s = b.start - p.now
         about = {"predicted_wait_s": wait_s, "wait_budget_s": b.budget, "team": team}
@@ -272,7 +279,19 @@ class _BurstPass:
         if p.full_pools(b.ranked) is not None:
             self._park_at_max(b, team, wait_s)
             return
-        self._new_node(b, models[0], units, team, wait_s)
+        self._new_node(b, models[0], units, team, wait_s, fill)
+
+    def _share_fill(self, job: Job) -> int:
+        """The parts still to place of the jobs bursting with the same request as `job`, its
+        own included (0 for a whole-GPU job); taken off as each is placed, so the last few of a
+        queue are priced at what they fill, not at what the whole queue would."""
+        share = job.share
+        if share is None or job.gpus:
+            return 0
+        kind = replace(share, count=1)
+        left = self.share_left.get(kind, share.count)
+        self.share_left[kind] = left - share.count
+        return max(left, share.count)
 
     def _park_at_max(self, b: BurstingJob, team: str, wait_s: float) -> None:
         """Every pool that could take this job is at its max size: one decision for all such
@@ -291,8 +310,13 @@ class _BurstPass:
         )
         self.at_max[key] = _AtMax(alts, [b.job.job_id], team, wait_s, b.budget)
 
-    def _new_node(self, b: BurstingJob, model: str, units: int, team: str, wait_s: float) -> None:
+    def _new_node(
+        self, b: BurstingJob, model: str, units: int, team: str, wait_s: float, fill: int
+    ) -> None:
         p, job, ranked = self.p, b.job, b.ranked
+        if fill and job.share is not None:  # the cheapest node for the parts left to place
+            share = job.share
+            ranked = sorted(ranked, key=lambda c: p.share_cost(c, b.runtime, share, fill))
         verdict = p.first_allowed(ranked, team, b.runtime, self.planned_nodes)
         alts = verdict.alternatives
         if verdict.at < 0:

@@ -260,11 +260,15 @@ class PlanningPass:
             hit = self._share_ranks[key] = self._share_candidates(job, share, spot_ok, runtime)
         return hit
 
-    def share_cost(self, cand: Candidate, runtime: float, share: ShareRequest) -> float:
-        """A share job's part of a node's expected bill: the node over the parts that the
-        pending jobs of its kind would fill, at least the job's own. The cloud bills the whole
-        node, so a node few jobs fill is dear for each of them."""
-        fill = max(share.count, self._share_demand().get(share, 0))
+    def share_cost(
+        self, cand: Candidate, runtime: float, share: ShareRequest, fill: int | None = None
+    ) -> float:
+        """A share job's part of a node's expected bill: the node over the parts that `fill`
+        (else the pending jobs of its kind) would fill, at least the job's own. The cloud bills
+        the whole node, so a node few jobs fill is dear for each of them."""
+        if fill is None:
+            fill = self._share_demand().get(replace(share, count=1), 0)
+        fill = max(share.count, fill)
         units = self.units_per_node(cand)
         return cand.expected_cost(runtime, self.policy.spot) * share.count / min(units, fill)
 

@@ -123,6 +123,16 @@ def test_many_waiting_jobs_pack_onto_mig_nodes_a_few_take_small_gpus() -> None:
     assert sorted(u.offer.instance_type for u in few.scale_ups) == ["g6.xlarge"] * 3
 
 
+def test_the_last_few_of_a_queue_take_what_they_fill_not_what_the_queue_would() -> None:
+    # 60 jobs: 56 fill a MIG node; the 4 left would pay $32 / 4 = $8 each on a second one,
+    # so they take an L4 each ($0.805)
+    result = _plan(*_jobs(60, ShareRequest("mig", 1, "1g.10gb", ("l4",))))
+    assert sorted((u.pool, len(u.job_ids)) for u in result.scale_ups) == [
+        *[("aws-l4", 1)] * 4,
+        ("aws-mig", 56),
+    ]
+
+
 def test_free_devices_on_a_running_mig_node_come_before_a_new_small_gpu() -> None:
     burst = Node(
         "aws-mig-1",
