@@ -49,16 +49,19 @@ class JobFields(TypedDict):
     account: str
     user: str
     partition: str
+    gpu_part: str
 
 
 def job_fields(u: JobUsage, team_for: Callable[[str], str]) -> JobFields:
-    """The ledger fields naming `u`'s job; the team falls back to the account's."""
+    """The ledger fields naming `u`'s job (and the part of a GPU it held, so a report can
+    group by it); the team falls back to the account's."""
     return {
         "job_id": u.job_id,
         "team": u.team or team_for(u.account),
         "account": u.account,
         "user": u.user,
         "partition": u.partition,
+        "gpu_part": u.gpu_part,
     }
 
 

@@ -105,6 +105,12 @@ class ShareRequest:
         """The GPU models (lower case) whose whole GPUs the job may take instead."""
         return tuple(a.lower() for a in self.also if mig_profile_of(a) is None)
 
+    @property
+    def part(self) -> str:
+        """Which part of a GPU it holds, as a cost report groups it: the MIG devices' GRES
+        type (`1g.10gb`), or `shard` (a shard's size depends on its node, not on the request)."""
+        return (self.gres_type or "mig") if self.kind == "mig" else "shard"
+
 
 _CHOICE_WORD = re.compile(r"^[A-Za-z0-9_.\-]+$")
 

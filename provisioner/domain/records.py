@@ -188,6 +188,8 @@ class JobUsage:
     # Parts of GPUs it holds beside `gpus` whole ones, as a share of one GPU: 1/7 for a one-slice
     # MIG device, 3/4 for 3 shards of a GPU split in 4 (observe/slurm/usage.py)
     part_gpus: float = 0.0
+    # Which part it holds (`ShareRequest.part`): a MIG GRES type, `shard`; "" for whole GPUs only
+    gpu_part: str = ""
 
     @property
     def gpu_weight(self) -> float:
@@ -243,6 +245,8 @@ class LedgerEntry:
     quantity: float = 0.0
     unit: str = ""
     unit_price: Decimal = Decimal(0)
+    # The part of a GPU its job held (`JobUsage.gpu_part`); "" for whole GPUs and no job's rows
+    gpu_part: str = ""
 
     @property
     def day(self) -> str:

@@ -53,7 +53,7 @@ DAY_S = 86_400
 
 def pick_grain(group_by: Sequence[str], kinds: Sequence[str] = ()) -> int | None:
     """The rollup grain with the fewest dimensions that still holds every key needed; None
-    when none does (the node: the rollups leave it out, the ledger answers)."""
+    when none does (the node, the GPU part: the rollups leave them out, the ledger answers)."""
     need = {k for k in group_by if k != "day"} | ({"kind"} if kinds else set())
     fits = [g for g, dims in enumerate(GRAINS) if need <= set(dims)]
     return min(fits, key=lambda g: (len(GRAINS[g]), g)) if fits else None
@@ -94,6 +94,7 @@ class LedgerStore(StoreBase, Ledger):
                     s.add(row)
                 row.gpus = u.gpus
                 row.part_gpus = u.part_gpus
+                row.gpu_part = u.gpu_part
                 row.end_ts = u.end_ts
                 row.instance_id = u.instance_id
                 row.pool = u.pool
@@ -219,6 +220,7 @@ class LedgerStore(StoreBase, Ledger):
                     "unit": e.unit,
                     "unit_price_micros": to_micros(e.unit_price),
                     "cost_micros": micros,
+                    "gpu_part": e.gpu_part,
                 }
             )
             dims = {d: str(getattr(e, d)) for d in LEDGER_DIMENSIONS}
@@ -307,7 +309,7 @@ class LedgerStore(StoreBase, Ledger):
         """Whole UTC days inside the window are read from the smallest rollup grain that holds
         every key asked for, the partial days at its edges from the ledger's covering window
         index, and the two are merged. Rows never straddle a midnight. No rollup keeps the
-        node, so a report by node reads the ledger over the whole window."""
+        node or the GPU part, so a report by either reads the ledger over the whole window."""
         first_full = -(-from_ts // DAY_S) * DAY_S  # the first midnight at or after from
         last_full = (to_ts // DAY_S) * DAY_S  # the last midnight at or before to
         grain = pick_grain(group_by, kinds)
@@ -488,6 +490,7 @@ def _usage(r: JobUsageRow) -> JobUsage:
         usage_id=r.id,
         billed_until_ts=r.billed_until_ts,
         part_gpus=r.part_gpus or 0.0,
+        gpu_part=r.gpu_part or "",
     )
 
 
@@ -515,4 +518,5 @@ def _entry(r: LedgerRow) -> LedgerEntry:
         quantity=r.quantity,
         unit=r.unit,
         unit_price=from_micros(r.unit_price_micros),
+        gpu_part=r.gpu_part or "",
     )

@@ -249,6 +249,8 @@ class JobUsageRow(Base):
     billed_until_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
     # Parts of GPUs held beside the whole ones, as a share of one GPU (MIG devices, shards)
     part_gpus: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # Which part: a MIG GRES type (`1g.10gb`), `shard`, or "" for whole GPUs only
+    gpu_part: Mapped[str] = mapped_column(String(128), default="", server_default="")
 
 
 class LedgerRow(Base):
@@ -286,6 +288,9 @@ class LedgerRow(Base):
     unit: Mapped[str] = mapped_column(String(16), default="")
     unit_price_micros: Mapped[int] = mapped_column(BigInteger, default=0)
     cost_micros: Mapped[int] = mapped_column(BigInteger)
+    # The part of a GPU the row's job held (a MIG GRES type, `shard`); "" otherwise. No rollup
+    # keeps it: a report by slice reads the ledger, as one by node does.
+    gpu_part: Mapped[str] = mapped_column(String(128), default="", server_default="")
 
     @property
     def cost(self) -> Decimal:

@@ -13,7 +13,7 @@ from provisioner.domain.instances import IllegalTransition, InstanceState
 from provisioner.domain.nodes import GpuSample
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Alternative, Decision, ReasonCode, Rejection
-from provisioner.domain.records import JobUsage, TokenRecord
+from provisioner.domain.records import JobUsage, LedgerEntry, LedgerKind, TokenRecord
 from provisioner.store import NotFound
 
 S = InstanceState
@@ -153,6 +153,21 @@ def test_job_usage_keeps_the_parts_of_gpus_a_job_holds(store):
     assert got.gpus == 0 and got.part_gpus == 1 / 7
     store.record_job_usage([replace(u, part_gpus=3 / 7)])  # an update keeps the newest
     assert store.job_usage(node_name="gpu-01")[0].part_gpus == 3 / 7
+
+
+def test_job_usage_and_the_ledger_keep_which_part_of_a_gpu_a_job_held(store):
+    store.record_job_usage([JobUsage("44", "gpu-02", 0, T0, part_gpus=1 / 7, gpu_part="1g.10gb")])
+    store.record_job_usage([JobUsage("45", "gpu-02", 2, T0)])  # whole GPUs: no part
+    assert {u.job_id: u.gpu_part for u in store.job_usage(node_name="gpu-02")} == {
+        "44": "1g.10gb",
+        "45": "",
+    }
+    entry = LedgerEntry(
+        T0, T0 + 60, LedgerKind.JOB, Decimal("0.5"), job_id="44", gpu_part="1g.10gb"
+    )
+    store.add_ledger([entry])
+    (row,) = store.ledger_entries(job_id="44")
+    assert row.gpu_part == "1g.10gb"
 
 
 def test_budgets_sync_replaces(store):

@@ -92,6 +92,7 @@ class UsageTracker:
                 partition=_used_partition(job.partition, node, parts),
                 user=job.user,
                 part_gpus=part(node),
+                gpu_part=job.share.part if job.share is not None else "",
             )
             for node, g in split_gpus(job.gpus, job.nodes)
         )
