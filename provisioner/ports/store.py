@@ -107,7 +107,7 @@ LEDGER_DIMENSIONS = (
     "pool",
 )
 # The text columns a ledger page may filter on by equality.
-FILTER_COLUMNS = ("day", *LEDGER_DIMENSIONS, "node_name", "instance_id", "job_id")
+FILTER_COLUMNS = ("day", *LEDGER_DIMENSIONS, "node_name", "gpu_part", "instance_id", "job_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,8 +415,8 @@ class Ledger(Protocol):
     ) -> dict[tuple[str, ...], tuple[Decimal, int]]:
         """(cost, row count) of the rows starting in [from_ts, to_ts), optionally only of
         `kinds`, per tuple of the `group_by` values (each as text) among 'day', the ledger
-        dimensions (kind, team, account, user, partition, cloud, region, pool) and
-        'node_name'. Groups with no row are absent."""
+        dimensions (kind, team, account, user, partition, cloud, region, pool), 'node_name'
+        and 'gpu_part'. Groups with no row are absent."""
         ...
 
     def spend_by_team(

@@ -107,6 +107,7 @@ def test_a_ledger_row_keeps_every_field(ledger: Ledger) -> None:
         quantity=3.5,
         unit="GPU-hour",
         unit_price=Decimal("0.75"),
+        gpu_part="1g.10gb",
     )
     ledger.add_ledger([e])
     (got,) = ledger.ledger_entries()
@@ -251,6 +252,31 @@ def test_grouped_costs_per_node_over_whole_and_partial_days(ledger: Ledger) -> N
     assert ledger.grouped_costs(["day", "node_name"], T0 + DAY, T0 + 2 * DAY, ["job"]) == {
         ("2026-01-02", "gcp-a100-1"): (Decimal("4.00"), 1),
     }
+
+
+def test_grouped_costs_per_gpu_part_over_whole_and_partial_days(ledger: Ledger) -> None:
+    """No rollup keeps the part of a GPU a job held either: read from the ledger, a whole day
+    inside the window included. Rows of no part (whole GPUs, idle) group under ""."""
+    ledger.add_ledger(
+        [
+            entry(T0 + H, "1.00", gpu_part="1g.10gb"),  # Jan 1
+            entry(T0 + DAY + 100, "7.00"),  # Jan 2: a whole GPU
+            entry(T0 + DAY + 200, "48.00", LedgerKind.IDLE),  # Jan 2
+            entry(T0 + DAY + 300, "0.90", LedgerKind.ONPREM, gpu_part="shard"),  # Jan 2
+            entry(T0 + 2 * DAY + 50, "3.00", gpu_part="1g.10gb"),  # Jan 3
+            entry(T0 + 3 * DAY + 10, "10.00", gpu_part="1g.10gb"),  # Jan 4: outside
+        ]
+    )
+    assert ledger.grouped_costs(["gpu_part"], FROM, TO) == {
+        ("1g.10gb",): (Decimal("4.00"), 2),  # 1.00 + 3.00
+        ("",): (Decimal("55.00"), 2),  # 7.00 + 48.00
+        ("shard",): (Decimal("0.90"), 1),
+    }
+    assert ledger.grouped_costs(["day", "gpu_part"], T0 + DAY, T0 + 2 * DAY, ["job"]) == {
+        ("2026-01-02", ""): (Decimal("7.00"), 1),
+    }
+    page = ledger.ledger_page(LedgerFilter(FROM, TO, (("gpu_part", "1g.10gb"),)))
+    assert (page.count, page.cost_micros) == (2, 4_000_000)
 
 
 def test_a_ledger_page_filters_and_sums_in_the_store(ledger: Ledger) -> None:

@@ -31,9 +31,9 @@ from provisioner.ports.store import (
 )
 from provisioner.store.ledger import MAX_ENTRY_MICROS
 
-# The keys `grouped_costs` groups by: the SQL store's rollup columns, and the node (which only
-# the ledger itself holds).
-GROUP_KEYS = ("day", *LEDGER_DIMENSIONS, "node_name")
+# The keys `grouped_costs` groups by: the SQL store's rollup columns, and the node and the
+# part of a GPU (which only the ledger itself holds).
+GROUP_KEYS = ("day", *LEDGER_DIMENSIONS, "node_name", "gpu_part")
 
 
 class MemoryLedger(Ledger):
