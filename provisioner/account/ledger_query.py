@@ -7,7 +7,9 @@ the empty value: rows no node owns), `kind` as a comma-separated list, `unit` (e
 `GPU-Hours`), and `never_ran` (rows of cloud instances that ran no job in the window, the
 Overview's waste definition, account/cloud_waste.py). The store filters and sums
 (`Ledger.ledger_page`): only a page of rows reaches Python, whatever the window holds. The
-hourly chart reads its window's rows (two days at most).
+hourly chart asks the store for each hour's grouped totals (`Ledger.grouped_costs`, a window of
+two days at most), so it groups by any report key, those the export leaves out (the slice)
+too.
 """
 
 from __future__ import annotations
@@ -22,9 +24,8 @@ from provisioner.domain.money import MICRO
 from provisioner.domain.records import CLOUD_KINDS
 from provisioner.ports.store import EXPORT_COLUMNS, Ledger, LedgerFilter
 
-# The export column each filter key reads (a project is the Slurm account).
-_COLUMN = {"project": "account", "node": "node_name"}
-_AT = {name: i for i, name in enumerate(EXPORT_COLUMNS)}
+# The ledger column each filter key reads (a project is the Slurm account).
+_COLUMN = {"project": "account", "node": "node_name", "slice": "gpu_part"}
 EQUALITY_KEYS = tuple(k for k in GROUP_KEYS if k != "kind")
 MAX_VALUE = 200
 HOUR = 3600.0
@@ -131,18 +132,13 @@ def hourly(
     hour its start lies in, as it belongs to the window its start lies in."""
     if key not in GROUP_KEYS:
         raise ReportError(f"group_by: unknown key {key[:40]!r}")
-    wanted = set(parse_kinds(tuple(kinds)))
-    col = None if key == "day" else _AT[_COLUMN.get(key, key)]
-    micros: dict[str, dict[float, int]] = {}
-    for chunk in store.ledger_export(from_ts, to_ts):
-        for row in chunk:
-            if wanted and str(row[_AT["kind"]]) not in wanted:
-                continue
-            name = "total" if col is None else str(row[col] or "")
-            hour = float(row[_AT["start_ts"]]) // HOUR * HOUR
-            per = micros.setdefault(name, {})
-            per[hour] = per.get(hour, 0) + int(row[_AT["cost_micros"]])
-    return {
-        name: {h: (Decimal(m) * MICRO).quantize(MICRO) for h, m in per.items()}
-        for name, per in micros.items()
-    }
+    wanted = parse_kinds(tuple(kinds))
+    columns = [] if key == "day" else [_COLUMN.get(key, key)]
+    out: dict[str, dict[float, Decimal]] = {}
+    hour = from_ts // HOUR * HOUR
+    while hour < to_ts:
+        a, b = max(from_ts, hour), min(to_ts, hour + HOUR)
+        for values, (cost, _) in store.grouped_costs(columns, a, b, wanted).items():
+            out.setdefault(values[0] if values else "total", {})[hour] = cost
+        hour += HOUR
+    return out

@@ -1,12 +1,14 @@
 """Cost reports: ledger totals grouped by any of team, account, user, partition, cloud, region,
-pool, kind, day, project (the account, by its FinOps name) and node over a [from, to) window.
-The store answers the grouped totals (`LedgerStore.grouped_costs`); this module validates the
-request and shapes the report.
+pool, kind, day, project (the account, by its FinOps name), node and slice (the part of a GPU a
+job held: a MIG GRES type, `shard`, or "" for whole GPUs and rows of no job) over a [from, to)
+window. The store answers the grouped totals (`LedgerStore.grouped_costs`); this module
+validates the request and shapes the report.
 
 Whole UTC days inside the window are read from the smallest rollup grain (`ledger_rollup`)
 that holds every key asked for, the partial days at its edges from the ledger's covering window
-index, and the two are merged (no rollup keeps the node: a report by node reads the ledger). A
-ledger row belongs to the window when its start lies in it; rows never straddle a midnight.
+index, and the two are merged (no rollup keeps the node or the slice: a report by either reads
+the ledger). A ledger row belongs to the window when its start lies in it; rows never straddle
+a midnight.
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ GROUP_KEYS = (
     "day",
     "project",
     "node",
+    "slice",
 )
 # Keys that name a ledger column differently: a project is the Slurm account (as on the
-# efficiency report), and the node is the Slurm node a row was priced on.
-_COLUMN = {"project": "account", "node": "node_name"}
+# efficiency report), the node is the Slurm node a row was priced on, and the slice the part
+# of a GPU its job held.
+_COLUMN = {"project": "account", "node": "node_name", "slice": "gpu_part"}
 KINDS = tuple(k.value for k in LedgerKind)
 
 

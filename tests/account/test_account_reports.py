@@ -51,13 +51,14 @@ def random_entries(n: int, seed: int = 7) -> list[LedgerEntry]:
                 user=f"u{rng.randint(1, 5)}",
                 partition=rng.choice(("cloud", "onprem")),
                 node_name=f"{pool}-{rng.randint(0, 3)}",
+                gpu_part=rng.choice(("", "1g.10gb", "3g.40gb", "shard")),
             )
         )
     return out
 
 
 # The entry field each report key reads (a project is the Slurm account).
-FIELD = {"project": "account", "node": "node_name"}
+FIELD = {"project": "account", "node": "node_name", "slice": "gpu_part"}
 
 
 def brute(entries, keys, a, b, kinds=()):
@@ -92,6 +93,8 @@ def filled(tmp_path_factory):
         ("account", "user", "partition", "kind"),
         ("project", "node", "day"),
         ("node",),
+        ("slice",),
+        ("slice", "team", "day"),
         GROUP_KEYS,
     ],
 )
@@ -115,7 +118,8 @@ def test_report_equals_brute_force(filled, keys, window):
 
 
 @pytest.mark.parametrize(
-    "keys", [(), ("team",), ("user",), ("pool", "day"), ("region", "user"), ("node",)]
+    "keys",
+    [(), ("team",), ("user",), ("pool", "day"), ("region", "user"), ("node",), ("slice",)],
 )
 def test_kind_filter(filled, keys):
     store, entries = filled
@@ -133,6 +137,7 @@ def test_grain_choice():
     assert GRAINS[pick_grain(("user",))] == ("kind", "team", "account", "user")
     assert pick_grain(("user", "pool")) == 0
     assert pick_grain(("node_name", "team")) is None  # no rollup keeps the node
+    assert pick_grain(("gpu_part",), kinds=("job",)) is None  # nor the slice
 
 
 def test_rollups_can_be_rebuilt(tmp_path):

@@ -50,6 +50,7 @@ GROUP_LABELS = {
     "account": "Project",
     "pool": "Pool",
     "node": "Node",
+    "slice": "Slice",
     "cloud": "Cloud",
     "kind": "Kind",
     "day": "Day",

@@ -42,7 +42,7 @@ def costs_router() -> APIRouter:
     @r.get(
         "/costs",
         summary="Cost report grouped by any of team, account, user, partition, cloud, region, "
-        "pool, kind, day, project, node over [from, to)",
+        "pool, kind, day, project, node, slice over [from, to)",
         response_model=CostReportOut,
         responses={
             200: {"content": {"application/json": {}, "text/csv": CSV}},
@@ -59,7 +59,8 @@ def costs_router() -> APIRouter:
             Query(
                 max_length=200,
                 description="Comma-separated keys: team, account, user, partition, cloud, "
-                "region, pool, kind, day, project (the Slurm account), node. Empty: one total.",
+                "region, pool, kind, day, project (the Slurm account), node, slice (the part "
+                "of a GPU a job held: a MIG GRES type, or shard). Empty: one total.",
             ),
         ] = None,
         from_: Annotated[When, Query(alias="from")] = None,

@@ -27,6 +27,11 @@ class ReportRowOut(Out):
     day: GroupValue = Field(default=None, description="YYYY-MM-DD (UTC)")
     project: GroupValue = Field(default=None, description="The Slurm account")
     node: GroupValue = Field(default=None, description="The Slurm node the row was priced on")
+    slice: GroupValue = Field(
+        default=None,
+        description="The part of a GPU the row's job held: its MIG devices' GRES type "
+        "(e.g. 1g.10gb) or shard; empty for whole GPUs and rows of no job",
+    )
     cost_usd: Money
     ledger_rows: int
 
@@ -47,6 +52,7 @@ class CostReportOut(Out):
             "day",
             "project",
             "node",
+            "slice",
         ]
     ]
     kinds: list[str] | None = Field(description="The kinds asked for; null: all of them.")
