@@ -116,6 +116,15 @@ def test_on_prem_amortisation_charges_a_slice_its_part() -> None:
         (ShareRequest("shard", 3, "a100"), NodeShares(shards=8, shards_used=None), 3 / 4, "shard"),
         (ShareRequest("shard", 3), None, 0.0, "shard"),  # a node whose shards are not known
         (None, None, 0.0, ""),  # whole GPUs only
+        # a choice of classes (`--constraint=1g.10gb|t4`): a device where the node has them,
+        # else a whole GPU of the node, billed and reported as one
+        (
+            ShareRequest("mig", 1, "1g.10gb", ("t4",)),
+            NodeShares(mig=(MigDevices("1g.10gb", 7),)),
+            1 / 7,
+            "1g.10gb",
+        ),
+        (ShareRequest("mig", 1, "1g.10gb", ("t4",)), None, 1.0, ""),
     ],
 )
 def test_usage_records_carry_the_parts_of_gpus_a_job_holds(share, shares, part, name) -> None:

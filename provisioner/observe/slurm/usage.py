@@ -74,12 +74,25 @@ class UsageTracker:
     ) -> tuple[JobUsage, ...]:
         hw = hw or {}
 
+        def on_whole_gpus(node: str) -> bool:
+            """A job choosing among classes (`1g.10gb|t4`) on a node without MIG devices holds
+            whole GPUs of it."""
+            s, n = job.share, hw.get(node)
+            return (
+                s is not None and bool(s.also) and n is not None and not (n.shares and n.shares.mig)
+            )
+
         def part(node: str) -> float:
             if job.share is None:
                 return 0.0
+            if on_whole_gpus(node):
+                return job.share.count / max(1, len(job.nodes))
             n = hw.get(node)
             shares, whole = (n.shares, n.gpus) if n is not None else (None, 0)
             return part_of_gpus(job.share, len(job.nodes), shares, whole)
+
+        def part_name(node: str) -> str:
+            return "" if job.share is None or on_whole_gpus(node) else job.share.part
 
         return tuple(
             JobUsage(
@@ -92,7 +105,7 @@ class UsageTracker:
                 partition=_used_partition(job.partition, node, parts),
                 user=job.user,
                 part_gpus=part(node),
-                gpu_part=job.share.part if job.share is not None else "",
+                gpu_part=part_name(node),
             )
             for node, g in split_gpus(job.gpus, job.nodes)
         )
