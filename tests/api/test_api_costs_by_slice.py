@@ -81,6 +81,7 @@ def test_the_cost_page_charts_slices_by_hour(sliced: Env):
     page = sliced.client.get("/costs", params={"group_by": "slice", **DAY5})
     assert page.status_code == 200
     assert "By slice and hour (UTC)" in page.text
+    assert '<option value="slice" selected>Slice</option>' in page.text  # the page offers it
     chart = json.loads(re.search(r'id="cost-data">([^<]+)</script>', page.text).group(1))
     per = {
         d["label"]: dict(zip(chart["labels"], d["data"], strict=True)) for d in chart["datasets"]

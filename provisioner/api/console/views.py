@@ -44,7 +44,7 @@ from provisioner.domain.plan import ReasonCode
 from provisioner.domain.telemetry import DEFAULT_MAX_AGE_S
 from provisioner.plan.reasons import kind_of_reason, reason_words
 
-PAGE_GROUPS = ("team", "account", "pool", "node", "cloud", "kind", "day")
+PAGE_GROUPS = ("team", "account", "pool", "node", "slice", "cloud", "kind", "day")
 GROUP_LABELS = {
     "team": "Team",
     "account": "Project",
