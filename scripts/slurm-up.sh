@@ -15,7 +15,7 @@
 #
 #   * munged + slurmctld + one slurmd per on-prem node (2 nodes x 4 fake A100 GPUs: gres.conf
 #     File= symlinks to /dev/null), optional slurmrestd on a unix socket;
-#   * State=CLOUD burst nodes (Weight higher than on-prem, Features cloud,aws,<region>,spot) in
+#   * State=CLOUD burst nodes (Weight higher than on-prem, Features cloud,aws,<region>,spot,<GPU type>) in
 #     partition "cloud"; a job submitted to `-p onprem,cloud` may land there;
 #   * Resume/Suspend/ResumeFailProgram are DIR/bin wrappers that hand the hostlist to
 #     `provisioner slurm resume|suspend|resume-fail` (Slurm-driven mode). Nothing here boots a
@@ -35,7 +35,7 @@
 #   ONPREM_MIG=TYPE:COUNT  each on-prem node also has COUNT MIG devices of GRES type TYPE (e.g.
 #              1g.10gb:7, one GPU's slices), fake device files like its GPUs (docs/slurm.md)
 #   ONPREM_SHARDS=N  each on-prem node also has N shards (Slurm's GPU-sharing GRES) over its GPUs
-#   CLOUD_FEATURES=cloud,aws,us-east-1,spot CLOUD_WEIGHT=100 ONPREM_WEIGHT=1
+#   CLOUD_FEATURES=cloud,aws,us-east-1,spot,GPU_TYPE CLOUD_WEIGHT=100 ONPREM_WEIGHT=1
 #   ONPREM_FEATURES=onprem  the on-prem nodes' features (e.g. onprem,a100,1g.10gb: a GPU class
 #              a job's constraint may name)
 #   NODE_CPUS=2 NODE_MEM=1000 GPU_TYPE=a100
@@ -71,7 +71,7 @@ mkdir -p "$DIR"; DIR=$(cd "$DIR" && pwd)
 
 N_ONPREM=${N_ONPREM:-2};   ONPREM_GPUS=${ONPREM_GPUS:-4}
 N_CLOUD=${N_CLOUD:-4};     CLOUD_GPUS=${CLOUD_GPUS:-8}; CLOUD_PREFIX=${CLOUD_PREFIX:-cloud-aws}
-CLOUD_FEATURES=${CLOUD_FEATURES:-cloud,aws,us-east-1,spot}
+CLOUD_FEATURES=${CLOUD_FEATURES:-cloud,aws,us-east-1,spot,${GPU_TYPE:-a100}}  # as render_node_lines: the GPU class last
 ONPREM_FEATURES=${ONPREM_FEATURES:-onprem}
 CLOUD_WEIGHT=${CLOUD_WEIGHT:-100}; ONPREM_WEIGHT=${ONPREM_WEIGHT:-1}
 NODE_CPUS=${NODE_CPUS:-2}; NODE_MEM=${NODE_MEM:-1000};  GPU_TYPE=${GPU_TYPE:-a100}

@@ -35,7 +35,7 @@ def test_live_snapshot_from_cli_and_rest(cluster: Cluster) -> None:
         assert (n.state, n.gpus, n.gpu_type, n.weight) == (NodeState.IDLE, 4, "a100", 1)
     for n in burst.values():
         assert n.state is NodeState.POWERED_DOWN and n.gpus == 8 and n.pool == "cloud-aws"
-        assert n.features == ("cloud", "aws", "us-east-1", "spot") and n.weight == 100
+        assert n.features == ("cloud", "aws", "us-east-1", "spot", "a100") and n.weight == 100
         assert n.partitions == ("cloud",)
     assert cluster.rest is not None  # both releases run slurmrestd (24.11: JWT over HTTP)
     rest = cluster.rest.observe()
