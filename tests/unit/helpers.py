@@ -10,6 +10,7 @@ from typing import Any
 
 from provisioner.config.loader import policy_from_mapping
 from provisioner.config.models import Policy
+from provisioner.domain.gpu_share import NodeShares
 from provisioner.domain.instances import CloudInstance, InstanceState
 from provisioner.domain.jobs import Job, JobState
 from provisioner.domain.nodes import Node, NodeKind, NodeState
@@ -84,6 +85,20 @@ def onprem_nodes(n: int = 2, gpus: int = 4, alloc: int = 0) -> tuple[Node, ...]:
             state=state,
         )
         for i in range(n)
+    )
+
+
+def burst_node(name: str, pool: str, shares: NodeShares, gpus: int = 0, gpu_type: str = "") -> Node:
+    """A running (partly used) burst node of `pool` with parts of GPUs free or held."""
+    return Node(
+        name,
+        NodeKind.BURST,
+        gpus,
+        gpu_type=gpu_type,
+        state=NodeState.MIXED,
+        pool=pool,
+        features=("cloud",),
+        shares=shares,
     )
 
 

@@ -15,13 +15,21 @@ from __future__ import annotations
 from dataclasses import replace
 
 from provisioner.domain.gpu_share import MigDevices, NodeShares, ShareRequest, flexible_share
-from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.plan import ReasonCode
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.observe.slurm.parse import parse_job
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.planner import plan
-from tests.unit.helpers import T0, catalog, offer, onprem_nodes, pending, policy, running
+from tests.unit.helpers import (
+    T0,
+    burst_node,
+    catalog,
+    offer,
+    onprem_nodes,
+    pending,
+    policy,
+    running,
+)
 
 TYPED = ShareRequest("mig", 1, "1g.10gb")
 CHOICE = ShareRequest("mig", 1, "1g.10gb", ("l4", "t4"))
@@ -134,15 +142,7 @@ def test_the_last_few_of_a_queue_take_what_they_fill_not_what_the_queue_would() 
 
 
 def test_free_devices_on_a_running_mig_node_come_before_a_new_small_gpu() -> None:
-    burst = Node(
-        "aws-mig-1",
-        NodeKind.BURST,
-        0,
-        state=NodeState.MIXED,
-        pool="aws-mig",
-        features=("cloud",),
-        shares=NodeShares(mig=(MigDevices("1g.10gb", 56, 54),)),
-    )
+    burst = burst_node("aws-mig-1", "aws-mig", NodeShares(mig=(MigDevices("1g.10gb", 56, 54),)))
     result = _plan(*_jobs(3, CHOICE), nodes=(NODE, burst))
     covered = [d for d in result.decisions if d.reason is ReasonCode.COVERED_BY_INFLIGHT]
     assert sorted(j for d in covered for j in d.job_ids) == ["p000", "p001"]
@@ -212,16 +212,8 @@ def test_a_whole_gpu_job_never_goes_to_a_shard_pool() -> None:
 
 
 def test_free_shards_on_a_running_shard_node_come_first() -> None:
-    burst = Node(
-        "aws-t4-shared-1",
-        NodeKind.BURST,
-        1,
-        gpu_type="t4",
-        state=NodeState.MIXED,
-        pool="aws-t4-shared",
-        features=("cloud",),
-        shares=NodeShares(shards=4, shards_used=1, shards_per_gpu=4),
-    )
+    shares = NodeShares(shards=4, shards_used=1, shards_per_gpu=4)
+    burst = burst_node("aws-t4-shared-1", "aws-t4-shared", shares, gpus=1, gpu_type="t4")
     result = _plan(*_jobs(4, ShareRequest("shard", 1)), nodes=(NODE, burst), pools=[SHARED])
     covered = [d for d in result.decisions if d.reason is ReasonCode.COVERED_BY_INFLIGHT]
     assert sorted(j for d in covered for j in d.job_ids) == ["p000", "p001", "p002"]

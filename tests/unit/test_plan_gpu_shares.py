@@ -6,12 +6,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from provisioner.domain.gpu_share import MigDevices, NodeShares, ShareRequest
-from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.plan import ReasonCode
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.planner import plan
-from tests.unit.helpers import T0, catalog, offer, onprem_nodes, pending, policy, running
+from tests.unit.helpers import (
+    T0,
+    burst_node,
+    catalog,
+    offer,
+    onprem_nodes,
+    pending,
+    policy,
+    running,
+)
 
 MIG = ShareRequest("mig", 1, "1g.10gb")
 # one on-prem node: 2 whole GPUs, 7 devices of 1g.10gb, 8 shards
@@ -151,15 +159,7 @@ def test_a_mig_job_soon_startable_on_prem_stays() -> None:
 
 
 def test_free_devices_on_a_running_mig_node_are_used_before_buying() -> None:
-    burst = Node(
-        "aws-mig-1",
-        NodeKind.BURST,
-        0,
-        state=NodeState.MIXED,
-        pool="aws-mig",
-        features=("cloud",),
-        shares=NodeShares(mig=(MigDevices("1g.10gb", 56, 50),)),
-    )
+    burst = burst_node("aws-mig-1", "aws-mig", NodeShares(mig=(MigDevices("1g.10gb", 56, 50),)))
     jobs = [replace(pending(f"p{k}", 0, 3600.0, submit=T0 + k), share=MIG) for k in range(8)]
     result = _plan_mig(*_slices_busy(36_000), *jobs, nodes=(NODE, burst))
     covered = [d for d in result.decisions if d.reason is ReasonCode.COVERED_BY_INFLIGHT]
