@@ -9,7 +9,7 @@ profile is read from the type wherever it appears in it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from provisioner.domain.errors import InvalidArgument
@@ -92,6 +92,11 @@ class ShareRequest:
             return f"gpu:{self.count} ({'|'.join((self.gres_type, *self.also))})"
         typed = f":{self.gres_type}" if self.gres_type else ""
         return f"{'gpu' if self.kind == 'mig' else 'shard'}{typed}:{self.count}"
+
+    @property
+    def unit(self) -> ShareRequest:
+        """The same request for one part: what jobs asking alike have in common."""
+        return replace(self, count=1)
 
     @property
     def profiles(self) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ size and the hard budgets. Jobs whose every pool is full share one decision.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from provisioner.config.models import MigLayout, PoolPolicy
 from provisioner.domain.errors import UnknownName
@@ -16,7 +16,13 @@ from provisioner.domain.jobs import Job
 from provisioner.domain.nodes import Node, NodeKind, NodeState
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Alternative, MoveJobs, ReasonCode, Rejection, ScaleUp
-from provisioner.plan.planning_pass import MAX_ALTERNATIVES, PlanningPass, runtime_detail, usd
+from provisioner.plan.planning_pass import (
+    MAX_ALTERNATIVES,
+    PlanningPass,
+    parts_wanted,
+    runtime_detail,
+    usd,
+)
 from provisioner.plan.prediction import Bursting, BurstingJob
 from provisioner.plan.profile import INF
 from provisioner.plan.ranking import Candidate
@@ -228,10 +234,7 @@ class _BurstPass:
         self.share_left: dict[ShareRequest, int] = {}
 
     def run(self, bursting: Bursting) -> None:
-        for job in bursting.jobs:
-            if job.share is not None and not job.gpus:
-                kind = replace(job.share, count=1)
-                self.share_left[kind] = self.share_left.get(kind, 0) + job.share.count
+        self.share_left = parts_wanted(j for j in bursting.jobs if not j.gpus)
         for b in bursting:
             self._place(b)
         self.p.planned_nodes = self.planned_nodes
@@ -288,9 +291,8 @@ class _BurstPass:
         share = job.share
         if share is None or job.gpus:
             return 0
-        kind = replace(share, count=1)
-        left = self.share_left.get(kind, share.count)
-        self.share_left[kind] = left - share.count
+        left = self.share_left.get(share.unit, share.count)
+        self.share_left[share.unit] = left - share.count
         return max(left, share.count)
 
     def _park_at_max(self, b: BurstingJob, team: str, wait_s: float) -> None:

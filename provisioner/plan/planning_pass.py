@@ -7,8 +7,8 @@ power-ups, scale-down) live in modules of their own and take a `PlanningPass`.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 
 from provisioner.config.models import Policy, PoolPolicy, WaitPolicy
@@ -112,6 +112,15 @@ class FirstAllowed:
     at: int
     alternatives: list[Alternative]
     blocked: ReasonCode | None
+
+
+def parts_wanted(jobs: Iterable[Job]) -> dict[ShareRequest, int]:
+    """Parts of GPUs the jobs asking for them want, per request for one part."""
+    wanted: dict[ShareRequest, int] = {}
+    for j in jobs:
+        if j.share is not None:
+            wanted[j.share.unit] = wanted.get(j.share.unit, 0) + j.share.count
+    return wanted
 
 
 def _holds_layout(pool: PoolPolicy, cand: Candidate) -> bool:
@@ -267,19 +276,15 @@ class PlanningPass:
         (else the pending jobs of its kind) would fill, at least the job's own. The cloud bills
         the whole node, so a node few jobs fill is dear for each of them."""
         if fill is None:
-            fill = self._share_demand().get(replace(share, count=1), 0)
+            fill = self._share_demand().get(share.unit, 0)
         fill = max(share.count, fill)
         units = self.units_per_node(cand)
         return cand.expected_cost(runtime, self.policy.spot) * share.count / min(units, fill)
 
     def _share_demand(self) -> dict[ShareRequest, int]:
         if self._pending_shares is None:
-            demand: dict[ShareRequest, int] = {}
-            for j in self.snap.jobs:
-                if j.share is not None and j.state is JobState.PENDING:
-                    kind = replace(j.share, count=1)
-                    demand[kind] = demand.get(kind, 0) + j.share.count
-            self._pending_shares = demand
+            pending = (j for j in self.snap.jobs if j.state is JobState.PENDING)
+            self._pending_shares = parts_wanted(pending)
         return self._pending_shares
 
     def _share_candidates(
@@ -306,9 +311,8 @@ class PlanningPass:
             )
             found += [c for c in whole if (c.offer.gpu_mem_gb or 0.0) >= need]
         fits = [c for c in found if c.nodes == 1 and self.units_per_node(c) >= share.count]
-        one = replace(share, count=1)
         ranked = rank(fits, runtime, self.policy.spot)
-        ranked.sort(key=lambda c: self.share_cost(c, runtime, one))
+        ranked.sort(key=lambda c: self.share_cost(c, runtime, share.unit))
         return ranked
 
     def _offers_part(self, pool: PoolPolicy, share: ShareRequest) -> bool:
