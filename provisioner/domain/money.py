@@ -24,5 +24,16 @@ def cost_for_seconds(price_per_hour: Decimal, seconds: float | int | Decimal) ->
     return (price_per_hour * secs / Decimal(3600)).quantize(MICRO, rounding=ROUND_HALF_EVEN)
 
 
+def rounded(value: float, places: int) -> Decimal:
+    """`Decimal(repr(round(value, places)))`, the same digits and exponent, about twice as
+    fast: the planner prices thousands of offers per pass. Below 1e9 (with up to 6 places) the
+    fixed-point string has at most 15 significant digits, so it is what repr of the rounded
+    float prints, less trailing zeros (and repr keeps one after the point)."""
+    if -1e9 < value < 1e9 and places <= 6:
+        s = f"{value:.{places}f}".rstrip("0")
+        return Decimal(s + "0" if s[-1] == "." else s)
+    return Decimal(repr(round(value, places)))
+
+
 def to_cents(amount: Decimal) -> Decimal:
     return amount.quantize(CENT, rounding=ROUND_HALF_EVEN)

@@ -15,6 +15,7 @@ from provisioner.config.models import Policy, PoolPolicy, WaitPolicy
 from provisioner.domain.gpu_share import ShareRequest, mig_key, mig_profile_of, shards_key
 from provisioner.domain.instances import InstanceState
 from provisioner.domain.jobs import Job, JobState
+from provisioner.domain.money import rounded
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import (
     LOWER_BOUND,
@@ -40,7 +41,7 @@ _BUDGET_REJECTION = {
 
 
 def usd(value: float) -> Decimal:
-    return Decimal(repr(round(value, 6)))
+    return rounded(value, 6)
 
 
 def runtime_detail(job: Job, runtime: float) -> dict[str, str]:

@@ -31,6 +31,7 @@ from provisioner.config.models import Policy, PoolPolicy
 from provisioner.domain.errors import InputError, InvalidArgument, NotKnown
 from provisioner.domain.gpu_share import MIG_COMPUTE_SLICES, slices_for_milli
 from provisioner.domain.jobs import Job
+from provisioner.domain.money import rounded
 from provisioner.domain.offers import CapacityType
 from provisioner.domain.plan import ReasonCode
 from provisioner.domain.snapshot import ClusterSnapshot
@@ -228,7 +229,7 @@ class _Cloud:
 
     def bill(self, cand: Candidate, seconds: float, start: float) -> None:
         secs = max(self.billing_min_s, seconds)
-        self.cost += cand.usd_hr * Decimal(repr(round(secs, 3))) / _HOUR
+        self.cost += cand.usd_hr * rounded(secs, 3) / _HOUR
         self.gpu_seconds += cand.gpus_per_node * cand.nodes * secs
         self.spans.append((start, start + secs, cand.gpus_per_node * cand.nodes))
         self.span_usd_s.append(float(cand.usd_hr) / 3600.0)
