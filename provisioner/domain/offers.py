@@ -24,7 +24,8 @@ class OfferKey:
     capacity: CapacityType
 
     def __str__(self) -> str:
-        return f"{self.cloud}/{self.region}/{self.instance_type}/{self.capacity}"
+        # .value: what f"{capacity}" prints for a StrEnum, without the Enum's format call
+        return f"{self.cloud}/{self.region}/{self.instance_type}/{self.capacity.value}"
 
     @classmethod
     def parse(cls, text: str) -> OfferKey:

@@ -111,7 +111,8 @@ class Decision:
 
 def decision_id(now_ts: float, reason: ReasonCode, *parts: str) -> str:
     """Deterministic id: the same snapshot and policy always give the same ids."""
-    h = hashlib.sha1(f"{now_ts:.3f}|{reason}|{'|'.join(parts)}".encode()).hexdigest()
+    # reason.value is what f"{reason}" gives a StrEnum, without the Enum's format call
+    h = hashlib.sha1(f"{now_ts:.3f}|{reason.value}|{'|'.join(parts)}".encode()).hexdigest()
     return f"d-{h[:16]}"
 
 

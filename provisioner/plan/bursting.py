@@ -28,7 +28,7 @@ from provisioner.plan.profile import INF
 from provisioner.plan.ranking import Candidate
 
 
-@dataclass
+@dataclass(slots=True)
 class OpenNode:
     """A node planned in this pass (or in flight) with GPUs still unclaimed."""
 
@@ -127,7 +127,7 @@ class _Slots:
             self._with_room.append(node)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Group:
     """One new scale-up of this pass, and the jobs it carries."""
 
@@ -143,7 +143,7 @@ class _Group:
     runtime: dict[str, str]
 
 
-@dataclass
+@dataclass(slots=True)
 class _AtMax:
     """Jobs whose every fitting pool is at its max size, one decision for each ranking and team."""
 

@@ -202,7 +202,8 @@ class PlanningPass:
     def decide(self, reason: ReasonCode, job_ids: Sequence[str], **kw: object) -> Decision:
         detail = kw.get("detail") or {}
         assert isinstance(detail, dict)
-        if kw.get("predicted_wait_s") is not None and any(j in self.beyond for j in job_ids):
+        beyond = self.beyond
+        if beyond and kw.get("predicted_wait_s") is not None and any(j in beyond for j in job_ids):
             detail = kw["detail"] = {**detail, LOWER_BOUND: "true"}
         if reason is ReasonCode.BLOCKED_GLOBAL_BUDGET and self.budget.burn_unknown:
             detail = kw["detail"] = {**detail, "spend_unknown": self.budget.burn_unknown}
@@ -396,15 +397,31 @@ class PlanningPass:
     def fallbacks(self, d: Decision, chosen: Candidate, nodes: int) -> tuple[OfferKey, ...]:
         """What the actuator may try after `chosen`, in order; backed-off offers are left out
         (the actuator skips them too, should one be backed off by the time it acts)."""
-        keys = fallback_offers(
-            d,
-            self.policy.pool(chosen.pool),
-            chosen.key,
-            chosen.gpus_per_node,
-            nodes,
-            self.catalog,
-            self.policy.onprem.equivalent_gpu_models,
-        )
+        memo: tuple[object, ...] | None = None
+        keys: tuple[OfferKey, ...] | None = None
+        if d.team_headroom_usd is None:
+            # No team budget to fit: the expected costs (which vary with the runtime) do not
+            # matter, only which offers were passed over why, their $/h and the $/h headroom.
+            listed = tuple(
+                (a.offer, a.usd_per_hour, a.chosen, a.rejected_because) for a in d.alternatives
+            )
+            memo = (chosen.pool, chosen.key, chosen.gpus_per_node, nodes,
+                    d.global_headroom_usd_hr, listed)  # fmt: skip
+            keys = self._ranks.fallbacks(memo)
+        if keys is None:
+            keys = fallback_offers(
+                d,
+                self.policy.pool(chosen.pool),
+                chosen.key,
+                chosen.gpus_per_node,
+                nodes,
+                self.catalog,
+                self.policy.onprem.equivalent_gpu_models,
+            )
+            if memo is not None:
+                self._ranks.put_fallbacks(memo, keys)
+        if not self.backoff.entries:
+            return keys
         return tuple(k for k in keys if not self.backoff.blocked(k, self.now))
 
     def first_allowed(

@@ -9,6 +9,7 @@ from provisioner.config.models import Policy
 from provisioner.plan.catalog import Catalog
 
 if TYPE_CHECKING:
+    from provisioner.domain.offers import OfferKey
     from provisioner.plan.ranking import Candidate
 
 
@@ -24,6 +25,10 @@ class RankCache:
         self.catalog = catalog
         self.policy = policy
         self._ranked: dict[Hashable, list[Candidate]] = {}
+        # A scale-up's fallback offers, before back-off, where no team budget bounds them:
+        # they then depend only on the catalog, the policy, the offers the decision lists and
+        # the $/h headroom (see PlanningPass.fallbacks).
+        self._fallbacks: dict[Hashable, tuple[OfferKey, ...]] = {}
 
     def for_inputs(self, catalog: Catalog, policy: Policy) -> RankCache:
         """This cache if it was built for these objects, else a new, empty one."""
@@ -36,6 +41,12 @@ class RankCache:
 
     def put(self, key: Hashable, ranked: list[Candidate]) -> None:
         self._ranked[key] = ranked
+
+    def fallbacks(self, key: Hashable) -> tuple[OfferKey, ...] | None:
+        return self._fallbacks.get(key)
+
+    def put_fallbacks(self, key: Hashable, offers: tuple[OfferKey, ...]) -> None:
+        self._fallbacks[key] = offers
 
     def __len__(self) -> int:
         return len(self._ranked)
