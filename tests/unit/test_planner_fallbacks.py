@@ -4,9 +4,12 @@ Expected orders are worked out by hand from the prices below."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from decimal import Decimal
+
 from provisioner.domain.offers import CapacityType, OfferKey
 from provisioner.domain.plan import Rejection
-from provisioner.domain.snapshot import ClusterSnapshot
+from provisioner.domain.snapshot import ClusterSnapshot, SpendState
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.planner import plan
 from provisioner.plan.rank_cache import RankCache
@@ -67,3 +70,23 @@ def test_the_rank_cache_is_reused_only_for_the_same_catalog_and_policy() -> None
     assert ranks.for_inputs(CAT, other) is not ranks
     assert len(ranks.for_inputs(CAT, other)) == 0
     assert ranks.for_inputs(CAT, pol) is ranks
+
+
+def test_fallbacks_kept_across_passes_still_heed_this_passs_back_off_and_headroom() -> None:
+    # One RankCache over three passes, as the simulator and the loop keep it. Cap $3/h: with
+    # nothing running, $2/h is left after the $1 node, so the $2 spot offer (+$1/h) fits.
+    pol = policy(budgets={"global_usd_per_hour": 3})
+    ranks = RankCache(CAT, pol)
+    (first,) = plan(one_burst(), pol, CAT, Backoff(), T0, ranks=ranks).scale_ups
+    assert first.fallbacks == (key("a2-1g-b", SPOT),)
+    # The next pass backs that offer off: nothing is left to fall back to.
+    bo = Backoff().record_failure(key("a2-1g-b", SPOT), T0, 600.0, 3600.0)
+    (backed,) = plan(one_burst(), pol, CAT, bo, T0, ranks=ranks).scale_ups
+    assert backed.fallbacks == ()
+    # Then $1.50/h already burns: $0.50/h is left after the $1 node, too little for +$1/h.
+    spent = replace(one_burst(), spend=SpendState(burn_usd_hr=Decimal("1.5")))
+    (tight,) = plan(spent, pol, CAT, Backoff(), T0, ranks=ranks).scale_ups
+    assert tight.offer == key("a2-1g", SPOT)
+    assert tight.fallbacks == ()
+    (again,) = plan(one_burst(), pol, CAT, Backoff(), T0, ranks=ranks).scale_ups
+    assert again.fallbacks == (key("a2-1g-b", SPOT),)
