@@ -10,7 +10,10 @@ as is; others: arrivals jittered by up to 1 ms, as bench/robustness.py does).
 `--sweep`: instead, one seed of the robustness sweep's other rows (bench/robustness.py): the
 four synthetic traces in the published model and the bundled trace with the real catalog (boot
 300 s, 60 s minimum), at --gpus, with --estimate; checked: adaptive <= the best fixed candidate
-+ 5% and <= immediate.
++ 5% and <= immediate. `--sweep-all`: every one of the sweep's 150 rows (its five traces, both
+models, 192-768 GPUs, exact, none and history), `--part k --parts n` taking every n-th row from
+the k-th (to run the parts side by side); `--merge FILE...` reads the parts' last lines and
+prints the whole table's summary.
 
 Targets (issue 31): adaptive <= the best fixed candidate + 5% and <= immediate, on every row;
 history: <= 1.0x Starburst's no-estimate dollars at 768 and <= 0.90x at 384 and 512;
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -58,9 +62,20 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, nargs="*", default=list(GPUS))
     ap.add_argument("--estimate", nargs="*", default=list(ESTIMATES))
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep-all", action="store_true")
+    ap.add_argument("--part", type=int, default=0)
+    ap.add_argument("--parts", type=int, default=1)
+    ap.add_argument("--merge", nargs="*", default=[])
     args = ap.parse_args()
-    if args.sweep:
-        sweep(args.gpus, args.estimate)
+    if args.merge:
+        merge(args.merge)
+        return
+    if args.sweep or args.sweep_all:
+        if args.sweep_all:
+            picked = _all_rows()[args.part :: args.parts]
+        else:
+            picked = [(t, m, e, g) for t, m in SWEEP_ROWS for e in args.estimate for g in args.gpus]
+        sweep(picked)
         return
     policy = load_policy(ROOT / "policies")
     base = load_trace(ROOT / "data/traces/philly_2017-10-02_4w.csv.gz")
@@ -134,44 +149,93 @@ def main() -> None:
     print(json.dumps({"rows": records, "means": means}))
 
 
-def sweep(gpus_rows: list[int], estimates: list[str]) -> None:
+# The robustness sweep's traces (bench/robustness.py), and the rows `--sweep` runs.
+SYNTHETIC = ((1.0, 0.75), (1.0, 1.25), (3.0, 0.75), (3.0, 1.25))
+TRACES = ("philly-s0", *(f"gamma-cv{cv:g}-x{rate:g}" for cv, rate in SYNTHETIC))
+SWEEP_ROWS = [*((t, "published") for t in TRACES[1:]), ("philly-s0", "catalog")]
+SWEEP_GPUS = (192, 256, 384, 512, 768)
+SWEEP_ESTIMATES = ("exact", "none", "history")
+
+
+def _all_rows() -> list[tuple[str, str, str, int]]:
+    """(trace, model, estimate, GPUs) of every robustness-sweep row, in its order."""
+    return [
+        (t, m, e, g)
+        for t in TRACES
+        for m in ("published", "catalog")
+        for g in SWEEP_GPUS
+        for e in SWEEP_ESTIMATES
+    ]
+
+
+def sweep(rows: list[tuple[str, str, str, int]]) -> None:
     policy = load_policy(ROOT / "policies")
     base = load_trace(ROOT / "data/traces/philly_2017-10-02_4w.csv.gz")
     flat = flat_catalog(Decimal("4.10"), policy.onprem.gpu_model, sorted({j.gpus for j in base}))
-    rows = [
-        (f"gamma-cv{cv:g}-x{rate:g}", synthetic(base, cv, rate, seed=100 + k), "published")
-        for k, (cv, rate) in enumerate(((1.0, 0.75), (1.0, 1.25), (3.0, 0.75), (3.0, 1.25)))
-    ]
-    rows.append(("philly-s0", base, "catalog"))
+    traces = {"philly-s0": base}
+    for k, (cv, rate) in enumerate(SYNTHETIC):
+        traces[TRACES[k + 1]] = synthetic(base, cv, rate, seed=100 + k)
+    catalogs = {"published": flat, "catalog": load_catalog()}
     bound = policy.selection.jct_bound
     records = []
     print("| trace | model | estimate | GPUs | adaptive $ / JCT | best fixed | immediate $ "
           "| regret | met |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
-    for name, jobs, model in rows:
-        cat = flat if model == "published" else load_catalog()
-        for est in estimates:
-            for gpus in gpus_rows:
-                if model == "published":
-                    st = SimSettings(gpus, 8, boot_s=0.0, estimate=est, billing_min_s=0.0)  # type: ignore[arg-type]
-                else:
-                    st = SimSettings(gpus, 8, boot_s=300.0, estimate=est, billing_min_s=60.0)  # type: ignore[arg-type]
-                a = simulate_adaptive(jobs, st, policy, cat)
-                best = a.best_fixed(bound)
-                usd, b_usd = float(a.result.cloud_cost_usd), float(best.cloud_cost_usd)
-                imm = float(a.immediate.cloud_cost_usd)
-                regret = usd / b_usd - 1 if b_usd else 0.0
-                ok = regret <= 0.05 and usd <= imm
-                print(f"| {name} | {model} | {est} | {gpus} | ${usd / 1e3:,.1f}k / "
-                      f"{a.result.avg_jct_s:,.0f} | {best.policy} ${b_usd / 1e3:,.1f}k | "
-                      f"${imm / 1e3:,.1f}k | {regret:+.1%} | {'yes' if ok else 'no'} |",
-                      flush=True)  # fmt: skip
-                records.append({"trace": name, "model": model, "estimate": est, "onprem_gpus": gpus,
-                                "adaptive_usd": round(usd), "best_fixed": best.policy,
-                                "best_fixed_usd": round(b_usd), "immediate_usd": round(imm),
-                                "regret_vs_best": round(regret, 4), "ok": ok})  # fmt: skip
+    for name, model, est, gpus in rows:
+        jobs, cat = traces[name], catalogs[model]
+        if model == "published":
+            st = SimSettings(gpus, 8, boot_s=0.0, estimate=est, billing_min_s=0.0)  # type: ignore[arg-type]
+        else:
+            st = SimSettings(gpus, 8, boot_s=300.0, estimate=est, billing_min_s=60.0)  # type: ignore[arg-type]
+        t0 = time.perf_counter()
+        a = simulate_adaptive(jobs, st, policy, cat)
+        best = a.best_fixed(bound)
+        usd, b_usd = float(a.result.cloud_cost_usd), float(best.cloud_cost_usd)
+        imm = float(a.immediate.cloud_cost_usd)
+        regret = usd / b_usd - 1 if b_usd else (0.0 if usd == 0 else math.inf)
+        ok = regret <= 0.05 and usd <= imm
+        print(f"| {name} | {model} | {est} | {gpus} | ${usd / 1e3:,.1f}k / "
+              f"{a.result.avg_jct_s:,.0f} | {best.policy} ${b_usd / 1e3:,.1f}k | "
+              f"${imm / 1e3:,.1f}k | {regret:+.1%} | {'yes' if ok else 'no'} |",
+              flush=True)  # fmt: skip
+        records.append({"trace": name, "model": model, "estimate": est, "onprem_gpus": gpus,
+                        "adaptive_usd": round(usd), "adaptive_jct_s": round(a.result.avg_jct_s),
+                        "best_fixed": best.policy, "best_fixed_usd": round(b_usd),
+                        "immediate_usd": round(imm), "regret_vs_best": round(regret, 4),
+                        "ok": ok, "wall_s": round(time.perf_counter() - t0, 1)})  # fmt: skip
     met = sum(bool(r["ok"]) for r in records)
     print(f"rows {len(records)}: within best + 5% and <= immediate on {met}")
+    print(json.dumps({"sweep": records, "met": met}))
+
+
+def merge(files: list[str]) -> None:
+    """The parts' records (each file's last line), summed up per estimate and per trace."""
+    records: list[dict[str, object]] = []
+    for f in files:
+        records += json.loads(Path(f).read_text().strip().splitlines()[-1])["sweep"]
+    order = {row: k for k, row in enumerate(_all_rows())}
+
+    def place(r: dict[str, object]) -> int:
+        return order.get((str(r["trace"]), str(r["model"]), str(r["estimate"]), int(r["onprem_gpus"])), 0)  # type: ignore[call-overload]  # noqa: E501  # fmt: skip
+
+    records.sort(key=place)
+    for key in ("estimate", "trace", "model", "onprem_gpus"):
+        groups: dict[object, list[dict[str, object]]] = {}
+        for r in records:
+            groups.setdefault(r[key], []).append(r)
+        for k, rs in groups.items():
+            ok = sum(bool(r["ok"]) for r in rs)
+            imm = sum(int(r["adaptive_usd"]) <= int(r["immediate_usd"]) for r in rs)  # type: ignore[call-overload]
+            print(f"{key} {k}: rows {len(rs)}, <= immediate {imm}, within best + 5% "
+                  f"and <= immediate {ok}")  # fmt: skip
+    misses = [
+        f"{r['trace']} {r['model']} {r['estimate']} {r['onprem_gpus']}: "
+        f"{float(r['regret_vs_best']):+.1%} on best ${int(r['best_fixed_usd']) / 1e3:,.1f}k"  # type: ignore[arg-type, call-overload]
+        for r in records
+        if not r["ok"]
+    ]
+    met = len(records) - len(misses)
+    print(f"rows {len(records)}: within best + 5% and <= immediate on {met}; misses: {misses}")
     print(json.dumps({"sweep": records, "met": met}))
 
 
