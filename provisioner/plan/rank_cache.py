@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from provisioner.domain.offers import OfferKey
     from provisioner.plan.ranking import Candidate
 
+# Kept fallback lists, past which the memo starts afresh: a controller keeps one cache for days,
+# and each $/h headroom it plans under is a key of its own.
+MAX_FALLBACK_MEMO = 4096
+
 
 class RankCache:
     """Offer rankings for one catalog and one policy, kept across plan() calls: a ranking
@@ -46,6 +50,8 @@ class RankCache:
         return self._fallbacks.get(key)
 
     def put_fallbacks(self, key: Hashable, offers: tuple[OfferKey, ...]) -> None:
+        if len(self._fallbacks) >= MAX_FALLBACK_MEMO:  # the loop's headroom moves with its burn
+            self._fallbacks.clear()
         self._fallbacks[key] = offers
 
     def __len__(self) -> int:

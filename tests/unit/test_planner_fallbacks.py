@@ -12,7 +12,7 @@ from provisioner.domain.plan import Rejection
 from provisioner.domain.snapshot import ClusterSnapshot, SpendState
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.planner import plan
-from provisioner.plan.rank_cache import RankCache
+from provisioner.plan.rank_cache import MAX_FALLBACK_MEMO, RankCache
 from tests.unit.helpers import T0, catalog, offer, onprem_nodes, pending, policy, running
 
 SPOT, OD = CapacityType.SPOT, CapacityType.ON_DEMAND
@@ -90,3 +90,11 @@ def test_fallbacks_kept_across_passes_still_heed_this_passs_back_off_and_headroo
     assert tight.fallbacks == ()
     (again,) = plan(one_burst(), pol, CAT, Backoff(), T0, ranks=ranks).scale_ups
     assert again.fallbacks == (key("a2-1g-b", SPOT),)
+
+
+def test_the_fallback_memo_stays_bounded_as_the_headroom_moves() -> None:
+    ranks = RankCache(CAT, policy())
+    for k in range(MAX_FALLBACK_MEMO + 10):
+        ranks.put_fallbacks(("pool", Decimal(k)), ())
+    assert len(ranks._fallbacks) <= MAX_FALLBACK_MEMO
+    assert ranks.fallbacks(("pool", Decimal(MAX_FALLBACK_MEMO + 9))) == ()
