@@ -333,13 +333,18 @@ class PlanningPass:
         return hit
 
     def job_class(self, job: Job) -> JobClass:
-        wp = self.policy.waiting.for_job(job.partition, job.qos)
-        return JobClass(
-            wait=wp,
-            spot_ok=not (wp.urgent or not wp.spot_allowed),
-            runs_onprem=self.runs_onprem(job),
-            default_runtime_s=wp.default_runtime_s or self.policy.onprem.fallback_runtime_s,
-        )
+        """What the policy says of the job's (partition, qos), worked out once per policy."""
+        key = (job.partition, job.qos)
+        hit = self._ranks.job_classes.get(key)
+        if hit is None:
+            wp = self.policy.waiting.for_job(job.partition, job.qos)
+            hit = self._ranks.job_classes[key] = JobClass(
+                wait=wp,
+                spot_ok=not (wp.urgent or not wp.spot_allowed),
+                runs_onprem=self.runs_onprem(job),
+                default_runtime_s=wp.default_runtime_s or self.policy.onprem.fallback_runtime_s,
+            )
+        return hit
 
     def ranked(self, job: Job, model: str, spot_ok: bool, runtime: float) -> list[Candidate]:
         key = (job.gpus, model, job.partition, spot_ok, int(math.log2(runtime + 1.0)))

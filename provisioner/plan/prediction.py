@@ -99,6 +99,8 @@ def hedge_fraction(job: Job, wp: WaitPolicy) -> float:
 def queue_order(jobs: Sequence[Job]) -> list[Job]:
     """Jobs in queue order, by (submit time, job id). Two stable sorts on one attribute each
     give that order without building a key tuple for each of 100,000 jobs."""
+    if len(jobs) < 2:  # a simulator's pass often holds one job
+        return list(jobs)
     out = sorted(jobs, key=attrgetter("job_id"))
     out.sort(key=attrgetter("submit_ts"))
     return out

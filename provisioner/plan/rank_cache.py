@@ -10,6 +10,7 @@ from provisioner.plan.catalog import Catalog
 
 if TYPE_CHECKING:
     from provisioner.domain.offers import OfferKey
+    from provisioner.plan.planning_pass import JobClass
     from provisioner.plan.ranking import Candidate
 
 # Kept fallback lists, past which the memo starts afresh: a controller keeps one cache for days,
@@ -33,6 +34,8 @@ class RankCache:
         # they then depend only on the catalog, the policy, the offers the decision lists and
         # the $/h headroom (see PlanningPass.fallbacks).
         self._fallbacks: dict[Hashable, tuple[OfferKey, ...]] = {}
+        # What the policy says of a (partition, qos): the same for every pass.
+        self.job_classes: dict[tuple[str, str], JobClass] = {}
 
     def for_inputs(self, catalog: Catalog, policy: Policy) -> RankCache:
         """This cache if it was built for these objects, else a new, empty one."""
