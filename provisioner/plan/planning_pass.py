@@ -175,11 +175,9 @@ class PlanningPass:
         self._pools_by_partition: dict[str, tuple[PoolPolicy, ...]] = {}
         self._onprem_partition: dict[str, bool] = {}
         self._pool_max: dict[str, int] = {}
-        self.onprem_model = policy.onprem.gpu_model.lower()
-        self.onprem_models = {self.onprem_model} | {
-            m.lower() for m in policy.onprem.equivalent_gpu_models
-        }
-        self.onprem_parts = set(policy.onprem.partitions)
+        self.onprem_model = self._ranks.onprem_model
+        self.onprem_models = self._ranks.onprem_models
+        self.onprem_parts = self._ranks.onprem_parts
         self.pool_nodes: dict[str, int] = {}
         for inst in snapshot.instances:
             if not inst.state.terminal and inst.state is not InstanceState.TERMINATING:

@@ -1,4 +1,5 @@
-"""A memo of the planner's offer rankings, held by the caller across plan() calls."""
+"""A memo of what the planner derives from its catalog and policy alone (offer rankings,
+fallback lists, job classes, on-prem facts), held by the caller across plan() calls."""
 
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ class RankCache:
         self._fallbacks: dict[Hashable, tuple[OfferKey, ...]] = {}
         # What the policy says of a (partition, qos): the same for every pass.
         self.job_classes: dict[tuple[str, str], JobClass] = {}
+        # The on-prem GPU model (lower case), the models that count as it, and the on-prem
+        # partitions: every pass reads them.
+        self.onprem_model = policy.onprem.gpu_model.lower()
+        self.onprem_models = frozenset(
+            {self.onprem_model, *(m.lower() for m in policy.onprem.equivalent_gpu_models)}
+        )
+        self.onprem_parts = frozenset(policy.onprem.partitions)
 
     def for_inputs(self, catalog: Catalog, policy: Policy) -> RankCache:
         """This cache if it was built for these objects, else a new, empty one."""
