@@ -111,16 +111,13 @@ def predict(p: PlanningPass, prof: OnPremProfile) -> Bursting:
     out = Bursting()
     now = p.now
     onprem_total = prof.total_gpus  # a sum over the nodes: once per pass, not once per job
-    classes: dict[tuple[str, str], JobClass] = {}
     shares: dict[str, OnPremProfile] | None = None  # built on the first job asking for parts
     for job in queue_order(p.snap.pending):
         if not job.can_start(now):
             if not (job.launch_failed and release(p, job)):
                 not_eligible(p, job)
             continue
-        jc = classes.get((job.partition, job.qos))
-        if jc is None:
-            jc = classes[(job.partition, job.qos)] = p.job_class(job)
+        jc = p.job_class(job)  # memoised per policy in the caller's RankCache
         # Job.runtime_estimate_s and planned_runtime(), inlined: this loop runs for every job.
         est = job.expected_runtime_s
         if est is None:
