@@ -99,7 +99,9 @@ class JobStore(StoreBase, JobHistory):
                     setattr(row, f, getattr(rec, f))
                 row.nodes = list(rec.nodes)
                 row.instance_ids = sorted({*(row.instance_ids or ()), *rec.instance_ids})
-                row.placement = rec.placement
+                # from the merged instances, not this record's: a finished job whose instance
+                # has ended still ran in the cloud
+                row.placement = "cloud" if row.instance_ids else rec.placement
                 if new or rec.predicted_runtime_s is not None:
                     row.predicted_runtime_s = rec.predicted_runtime_s
                     row.prediction_source = rec.prediction_source

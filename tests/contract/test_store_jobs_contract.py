@@ -116,6 +116,9 @@ def test_a_job_keeps_the_instances_it_ran_on_after_they_are_gone(jobs: JobHistor
     jobs.record_jobs([rec("j", T0 + 120, **ran)])  # the instance ended
     (r,) = jobs.job_records()
     assert r.instance_ids == ("i-2",) and r.placement == "cloud"
+    # and the filter agrees with the record: `where=cloud` still finds it
+    assert [x.job_id for x in jobs.job_records(placement="cloud")] == ["j"]
+    assert jobs.job_records(placement="onprem") == []
     # requeued onto another instance: both cost it money, both are listed
     jobs.record_jobs([rec("j", T0 + 180, instance_ids=("i-1",), **ran)])
     assert jobs.job_records()[0].instance_ids == ("i-1", "i-2")
