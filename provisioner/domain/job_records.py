@@ -9,7 +9,7 @@ The console's Jobs page and the planner's replay of the site's own past read it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from provisioner.domain.instances import CloudInstance
@@ -20,6 +20,14 @@ from provisioner.domain.jobs import Job, JobState
 GONE = "gone"
 OPEN_STATES = frozenset({JobState.PENDING.value, JobState.RUNNING.value})
 JOB_STATES = (*(s.value for s in JobState), GONE)
+
+
+def where_job_ran(nodes: Collection[str], instance_ids: Collection[str]) -> str:
+    """Where a job ran: "cloud" (on any instance, even one since ended), "onprem", or "" (it
+    has not run)."""
+    if instance_ids:
+        return "cloud"
+    return "onprem" if nodes else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +64,7 @@ class JobRecord:
 
     @property
     def placement(self) -> str:
-        """Where it ran: "cloud" (on an instance), "onprem", or "" (it has not run)."""
-        if self.instance_ids:
-            return "cloud"
-        return "onprem" if self.nodes else ""
+        return where_job_ran(self.nodes, self.instance_ids)
 
     @property
     def waited_s(self) -> float | None:

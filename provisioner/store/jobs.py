@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import JSON, Float, Index, Integer, String, cast, delete, or_, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from provisioner.domain.job_records import GONE, OPEN_STATES, JobRecord
+from provisioner.domain.job_records import GONE, OPEN_STATES, JobRecord, where_job_ran
 from provisioner.ports.store import JobHistory
 from provisioner.store.engine import StoreBase
 from provisioner.store.models import Base
@@ -99,9 +99,7 @@ class JobStore(StoreBase, JobHistory):
                     setattr(row, f, getattr(rec, f))
                 row.nodes = list(rec.nodes)
                 row.instance_ids = sorted({*(row.instance_ids or ()), *rec.instance_ids})
-                # from the merged instances, not this record's: a finished job whose instance
-                # has ended still ran in the cloud
-                row.placement = "cloud" if row.instance_ids else rec.placement
+                row.placement = where_job_ran(row.nodes, row.instance_ids)  # the merged row's
                 if new or rec.predicted_runtime_s is not None:
                     row.predicted_runtime_s = rec.predicted_runtime_s
                     row.prediction_source = rec.prediction_source
