@@ -40,9 +40,10 @@ def upgrade() -> None:
     rows = conn.execute(
         sa.select(_JOBS.c.job_id, _JOBS.c.instance_ids).where(_JOBS.c.placement != "cloud")
     )
-    wrong = [job_id for job_id, ids in rows if _names_an_instance(ids)]
-    for job_id in wrong:
-        conn.execute(_JOBS.update().where(_JOBS.c.job_id == job_id).values(placement="cloud"))
+    wrong = [{"wrong_id": job_id} for job_id, ids in rows if _names_an_instance(ids)]
+    if wrong:  # one statement for all of them (executemany), not a round trip per row
+        to_cloud = _JOBS.update().where(_JOBS.c.job_id == sa.bindparam("wrong_id"))
+        conn.execute(to_cloud.values(placement="cloud"), wrong)
 
 
 def downgrade() -> None:
