@@ -61,7 +61,7 @@ class WaitPolicy(Strict):
     time costs at most 1 + 1/s times the best choice in hindsight whatever the prediction, and
     1 + s when it is right; s = 0.5 bounds both (3x, 1.5x). s = 1 is the plain break-even rule
     (2x, ignoring the prediction); exact estimates decide at once. Estimates given as is and
-    time limits are trusted (s = 0).
+    time limits are trusted (s = 0), unless `hedge_limits`.
     """
 
     usd_per_wait_hour: Decimal | None = Field(default=None, gt=0, le=MAX_USD_PER_HOUR)
@@ -84,6 +84,11 @@ class WaitPolicy(Strict):
     # least this many times the guess waits at least the no-estimate budget, per_gpu_s * GPUs.
     # A group whose last jobs disagree says little about its next one (docs/simulator.md).
     learned_floor_spread_ratio: float | None = Field(default=None, gt=0)
+    # A time limit alone taken as a guess (off unless set): a job with no estimate but a limit
+    # waits its hedge share (`hedge_unknown`) of the budget before it bursts, as a job with no
+    # runtime does, instead of trusting the limit as its runtime. A limit is an upper bound the
+    # user chose, often far above the runtime, so a start predicted from limits is late.
+    hedge_limits: bool = False
 
     @model_validator(mode="after")
     def _floor_below_cap(self) -> WaitPolicy:

@@ -86,8 +86,9 @@ def hedge_fraction(job: Job, wp: WaitPolicy) -> float:
     WaitPolicy): 0 decides at arrival, 1 waits the whole budget."""
     if job.expected_runtime_s is None:
         # No estimate: the start is predicted from assumed runtimes. A time limit alone is
-        # trusted as before (an upper bound the user chose).
-        return 0.0 if job.time_limit_s is not None else wp.hedge_unknown
+        # trusted (an upper bound the user chose), unless the policy takes it as a guess.
+        trusted = job.time_limit_s is not None and not wp.hedge_limits
+        return 0.0 if trusted else wp.hedge_unknown
     if not job.runtime_source:
         return 0.0  # given as is (a user's estimate, or exact in a simulator run)
     spread = job.runtime_spread_s

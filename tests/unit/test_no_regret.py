@@ -62,6 +62,27 @@ def test_given_estimates_and_time_limits_are_trusted_as_before() -> None:
     assert _plan(pending("b", 1, None, time_limit_s=1000)).scale_ups
 
 
+def test_a_policy_may_take_a_time_limit_alone_as_a_guess() -> None:
+    """hedge_limits: a job with only a 1,000 s limit is planned with it (budget 0.5 x 1 x
+    1,000 = 500 s, start predicted at +3,600 s) but waits half its budget, 250 s, before it
+    bursts, as a job with no runtime does. An estimate given as is stays trusted."""
+    pol = policy(waiting={"default": {"runtime_factor": 0.5, "hedge_limits": True}})
+    job = pending("b", 1, None, time_limit_s=1000)
+    snap = ClusterSnapshot(taken_ts=T0, jobs=(*BUSY, job), nodes=onprem_nodes(2, 4, alloc=4))
+    p = plan(snap, pol, catalog(), Backoff(), T0)
+    assert not p.scale_ups
+    (d,) = [d for d in p.decisions if d.job_ids == ("b",)]
+    assert d.reason is ReasonCode.WAIT_UNCERTAIN_RUNTIME
+    assert d.detail["burst_after_s"] == "250" and d.wait_budget_s == 500
+    late = pending("b", 1, None, time_limit_s=1000, submit=T0 - 250)
+    snap = ClusterSnapshot(taken_ts=T0, jobs=(*BUSY, late), nodes=onprem_nodes(2, 4, alloc=4))
+    (up,) = plan(snap, pol, catalog(), Backoff(), T0).scale_ups
+    assert up.job_ids == ("b",)
+    given = pending("c", 1, 1000)
+    snap = ClusterSnapshot(taken_ts=T0, jobs=(*BUSY, given), nodes=onprem_nodes(2, 4, alloc=4))
+    assert plan(snap, pol, catalog(), Backoff(), T0).scale_ups
+
+
 def test_a_job_that_can_start_now_never_bursts() -> None:
     p = _plan(pending("a", 4, None), nodes=onprem_nodes(2, 4, alloc=0), busy=())
     assert not p.scale_ups
