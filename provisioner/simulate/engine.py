@@ -37,7 +37,7 @@ from provisioner.domain.plan import ReasonCode
 from provisioner.domain.snapshot import ClusterSnapshot
 from provisioner.plan.backoff import Backoff
 from provisioner.plan.catalog import Catalog
-from provisioner.plan.history import RuntimeHistory
+from provisioner.plan.history import LEVELS, RuntimeHistory
 from provisioner.plan.offers import Candidate, ranked_offers
 from provisioner.plan.planner import hedge_fraction, plan
 from provisioner.plan.profile import OnPremProfile, Placement
@@ -685,7 +685,13 @@ class Simulation:
         self._watch(vplace, vend, place.start_ts + job.duration_s)
 
     def _job(self, i: int, told: tuple[float, str, float | None] | None) -> Job:
+        """The job as the controller's planner would see it: a job told only its time limit
+        carries the limit and no estimate, as one read from Slurm does (the planner then plans
+        with the limit and trusts it, see hedge_fraction); a learned runtime carries its
+        source and spread."""
         tj = self.jobs[i]
+        if told is not None and told[1] == "limit":
+            told = None
         return Job(
             job_id=f"{i:09d}",
             gpus=tj.gpus,
@@ -736,7 +742,7 @@ class Simulation:
             job.gpus,
             known_runtime,
             cost_at(runtime),
-            learned=told is not None and bool(told[1]),
+            learned=told is not None and told[1] in LEVELS,
             spread_s=told[2] if told is not None else None,
             limit_s=limit,
             cost_at=cost_at,

@@ -376,6 +376,37 @@ def test_limits_tell_the_planner_each_jobs_time_limit_and_bound_what_history_lea
     assert rt == limits[3] and source == "user"  # learned 10^6 s, clipped at the limit
 
 
+def _limited(policy, limits: list[float]):  # type: ignore[no-untyped-def]
+    """Two 8-GPU jobs on one 8-GPU node under --estimate limits, with the limits given: the
+    first (1 h, limit 2 h) holds the node; the second (60 s, limit 600 s) arrives at 10 s."""
+    from provisioner.simulate.engine import Simulation
+
+    jobs = [TraceJob("a", 0.0, 3600.0, 8), TraceJob("b", 10.0, 60.0, 8)]
+    settings = SimSettings(
+        onprem_gpus=8, gpus_per_node=8, boot_s=0.0, estimate="limits", billing_min_s=0.0
+    )
+    sim = Simulation(jobs, settings, policy, CAT, "default")
+    sim.limits = limits
+    return sim
+
+
+def test_a_job_told_only_its_limit_is_planned_as_the_controller_plans_it() -> None:
+    """What the planner gets for a job told its limit is what the controller builds from
+    Slurm (observe/slurm): the limit, no estimate, no learned source; so the limit is trusted
+    (hedge 0) unless the policy takes limits as guesses. By hand: job b's budget is
+    0.5 x 8 x 600 s = 2,400 s and its start is predicted at 7,200 s (a's limit), beyond it.
+    Trusted, b bursts at its arrival (JCT 60 s); hedged, it waits half its budget, 1,200 s,
+    and bursts then (on-prem frees at 3,600 s, later): JCT 1,260 s."""
+    sim = _limited(pol(runtime_factor=0.5), [7200.0, 600.0])
+    job = sim._job(1, sim._tell(1))
+    assert (job.expected_runtime_s, job.runtime_source, job.time_limit_s) == (None, "", 600.0)
+    trusted = sim.run()
+    assert trusted.burst_fraction == 0.5 and sim.jct[1] == pytest.approx(60.0)
+    sim = _limited(pol(runtime_factor=0.5, hedge_limits=True), [7200.0, 600.0])
+    hedged = sim.run()
+    assert hedged.burst_fraction == 0.5 and sim.jct[1] == pytest.approx(1260.0)
+
+
 def test_cli_limits_need_a_maximum_of_an_hour_or_more() -> None:
     res = CliRunner().invoke(
         app, ["simulate", "--estimate", "limits", "--max-limit", "600", "--no-progress"]
