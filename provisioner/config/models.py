@@ -84,6 +84,10 @@ class WaitPolicy(Strict):
     # least this many times the guess waits at least the no-estimate budget, per_gpu_s * GPUs.
     # A group whose last jobs disagree says little about its next one (docs/simulator.md).
     learned_floor_spread_ratio: float | None = Field(default=None, gt=0)
+    # History trusted only to lengthen a wait (off unless set): every runtime learned from
+    # history, however many samples agree, waits at least the no-estimate budget. A guess may
+    # still make a job wait longer, never burst sooner than a job with no runtime would.
+    learned_floor: bool = False
     # A time limit alone taken as a guess (off unless set): a job with no estimate but a limit
     # waits its hedge share (`hedge_unknown`) of the budget before it bursts, as a job with no
     # runtime does, instead of trusting the limit as its runtime. A limit is an upper bound the
@@ -136,14 +140,16 @@ class WaitPolicy(Strict):
     ) -> float:
         """A job's whole waiting budget: `budget_s` for its runtime, raised to the budget at
         its time limit (`limit_worst_case_ratio`) or to the no-estimate budget
-        (`learned_floor_spread_ratio`) when its runtime is a guess those rules distrust.
+        (`learned_floor_spread_ratio`, `learned_floor`) when its runtime is a guess those rules
+        distrust.
         `cost_at(seconds)`: the expected cost of its cheapest offer over that runtime. The
         planner and the simulator both ask this, so they agree on every budget."""
         budget = self.budget_s(gpus, expected_s, cheapest_usd)
         if limit_s is not None and self.limit_is_worst_case(expected_s, limit_s, learned):
             worst = cost_at(limit_s) if cost_at is not None else None
             budget = max(budget, self.budget_s(gpus, limit_s, worst))
-        if self.learned_is_unsure(expected_s, spread_s, learned):
+        distrusted = learned and self.learned_floor
+        if distrusted or self.learned_is_unsure(expected_s, spread_s, learned):
             budget = max(budget, self.budget_s(gpus, None))
         return budget
 

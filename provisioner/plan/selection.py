@@ -26,8 +26,9 @@ class PolicyCandidate:
 
     name: str
     kind: str  # "default" (the planner) or "budget-timeout" (wait the budget out)
-    waiting: tuple[tuple[str, float], ...] = ()
-    needs: str = ""  # "", "unknown" (jobs with no runtime), "learned", "limits+learned"
+    waiting: tuple[tuple[str, float | bool], ...] = ()
+    # "", "unknown" (jobs with no runtime), "learned", "limits", "limits+learned"
+    needs: str = ""
     why: str = ""
 
     def policy(self, base: Policy) -> Policy:
@@ -55,6 +56,8 @@ class PolicyCandidate:
             return estimate in ("none", "history")
         if self.needs == "learned":
             return estimate in ("history", "history+limits")
+        if self.needs == "limits":
+            return estimate in ("limits", "history+limits")
         if self.needs == "limits+learned":
             return estimate == "history+limits"
         return True
@@ -91,11 +94,25 @@ PORTFOLIO: tuple[PolicyCandidate, ...] = (
         "the same at 2x",
     ),
     PolicyCandidate(
+        "learned-floor",
+        "default",
+        (("learned_floor", True),),
+        "learned",
+        "every learned guess waits the no-estimate budget: history only ever lengthens a wait",
+    ),
+    PolicyCandidate(
         "limit-worst-10x",
         "default",
         (("limit_worst_case_ratio", 10.0),),
         "limits+learned",
         "a learned guess 10x below its time limit waits as if it ran to the limit",
+    ),
+    PolicyCandidate(
+        "limit-hedged",
+        "default",
+        (("hedge_limits", True),),
+        "limits",
+        "a time limit alone is a guess: the job waits its hedge share before it bursts",
     ),
     PolicyCandidate("budget-timeout", "budget-timeout", why="the budget waited out, no prediction"),
 )

@@ -163,3 +163,27 @@ def test_an_unsure_learned_guess_waits_at_least_the_no_estimate_budget() -> None
     given = pending("b", 4, 50, submit=T0 - 200)
     (up,) = _plan_with(_floor_policy(4), given).scale_ups
     assert up.decision.wait_budget_s == 100
+
+
+def test_a_learned_floor_lets_history_lengthen_a_wait_never_shorten_it() -> None:
+    """learned_floor: a 4-GPU job its group says runs 50 s with no spread at all (the
+    steadiest guess there is), 200 s after submit. Off: budget 0.5 x 4 x 50 = 100 s and it
+    bursts. On: at least the no-estimate budget, 1,000 x 4 = 4,000 s, and the first node frees
+    3,800 s after its submit: it waits. A guess above the floor keeps its own budget (5,000 s
+    runtime: 0.5 x 4 x 5,000 = 10,000 s), and an estimate given as is is no learned guess."""
+    floor = policy(waiting={"default": {"runtime_factor": 0.5, "per_gpu_s": 1000,
+                                        "learned_floor": True}})  # fmt: skip
+    job = pending("a", 4, 50, runtime_source="group", runtime_spread_s=0.0, submit=T0 - 200)
+    (up,) = _plan_with(_floor_policy(None), job).scale_ups
+    assert up.decision.wait_budget_s == 100
+    p = _plan_with(floor, job)
+    assert not p.scale_ups
+    assert p.predicted_start_ts["a"] == T0 + 3600
+    (d,) = [d for d in p.decisions if d.job_ids == ("a",)]
+    assert d.wait_budget_s == 4000
+    long = pending("b", 4, 5000, runtime_source="user", runtime_spread_s=0.0, submit=T0 - 200)
+    (d,) = [d for d in _plan_with(floor, long).decisions if d.job_ids == ("b",)]
+    assert d.wait_budget_s == 10_000
+    given = pending("c", 4, 50, submit=T0 - 200)
+    (up,) = _plan_with(floor, given).scale_ups
+    assert up.decision.wait_budget_s == 100

@@ -124,6 +124,17 @@ def test_the_portfolio_names_what_the_issue_asks_for() -> None:
     # with exact runtimes, only the settings that can plan differently are replayed
     assert {c.name for c in portfolio_for("exact")} == {"default", "budget-timeout"}
     assert "limit-worst-10x" in {c.name for c in portfolio_for("history+limits")}
+    # each replayed only where it can plan differently from default
+    assert {c.name for c in portfolio_for("limits")} == {
+        "default",
+        "limit-hedged",
+        "budget-timeout",
+    }
+    assert "learned-floor" in {c.name for c in portfolio_for("history")}
+    assert "learned-floor" not in {c.name for c in portfolio_for("none")}
+    assert "limit-hedged" not in {c.name for c in portfolio_for("history")}
+    assert candidate("learned-floor").policy(POLICY).waiting.default.learned_floor
+    assert candidate("limit-hedged").policy(POLICY).waiting.default.hedge_limits
 
 
 # ---- the simulator -------------------------------------------------------------------------
