@@ -12,8 +12,8 @@ four synthetic traces in the published model and the bundled trace with the real
 300 s, 60 s minimum), at --gpus, with --estimate; checked: adaptive <= the best fixed candidate
 + 5% and <= immediate. `--sweep-all`: every one of the sweep's 150 rows (its five traces, both
 models, 192-768 GPUs, exact, none and history), `--part k --parts n` taking every n-th row from
-the k-th (to run the parts side by side); `--merge FILE...` reads the parts' last lines and
-prints the whole table's summary.
+the k-th (to run the parts side by side), and `--estimate` keeping only those modes' rows;
+`--merge FILE...` reads the parts' last lines and prints the whole table's summary.
 
 Targets (issue 31): adaptive <= the best fixed candidate + 5% and <= immediate, on every row;
 history: <= 1.0x Starburst's no-estimate dollars at 768 and <= 0.90x at 384 and 512;
@@ -60,7 +60,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--gpus", type=int, nargs="*", default=list(GPUS))
-    ap.add_argument("--estimate", nargs="*", default=list(ESTIMATES))
+    # default: the four Philly modes; with --sweep-all, only the rows of the modes named
+    ap.add_argument("--estimate", nargs="*", default=None)
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-all", action="store_true")
     ap.add_argument("--part", type=int, default=0)
@@ -72,11 +73,14 @@ def main() -> None:
         return
     if args.sweep or args.sweep_all:
         if args.sweep_all:
-            picked = _all_rows()[args.part :: args.parts]
+            rows = [r for r in _all_rows() if args.estimate is None or r[2] in args.estimate]
+            picked = rows[args.part :: args.parts]
         else:
-            picked = [(t, m, e, g) for t, m in SWEEP_ROWS for e in args.estimate for g in args.gpus]
+            ests = args.estimate or list(ESTIMATES)
+            picked = [(t, m, e, g) for t, m in SWEEP_ROWS for e in ests for g in args.gpus]
         sweep(picked)
         return
+    args.estimate = args.estimate or list(ESTIMATES)
     policy = load_policy(ROOT / "policies")
     base = load_trace(ROOT / "data/traces/philly_2017-10-02_4w.csv.gz")
     catalog = flat_catalog(Decimal("4.10"), policy.onprem.gpu_model, sorted({j.gpus for j in base}))
