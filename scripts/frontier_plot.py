@@ -28,7 +28,9 @@ MARKERS = {
     "per-gpu-2000": "^",
     "unsure-floor-4x": "s",
     "unsure-floor-2x": "D",
+    "learned-floor": "d",
     "limit-worst-10x": "P",
+    "limit-hedged": "p",
     "budget-timeout": "X",
 }
 
@@ -66,6 +68,8 @@ def main() -> None:
             ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             ticks = (10_000, 11_000, 12_000, 13_000, 15_000, 20_000, 40_000, 80_000)
+            if hi / lo > 4:  # the ticks between 10,000 and 15,000 would print over each other
+                ticks = (10_000, 15_000, 20_000, 40_000, 80_000)
             ax.set_xticks([t for t in ticks if lo <= t <= hi])
             ax.set_xlim(lo, hi)
             ax.set_xlabel("average JCT (s, log scale)")
