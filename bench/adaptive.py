@@ -71,16 +71,15 @@ def main() -> None:
     if args.merge:
         merge(args.merge)
         return
+    modes = args.estimate or list(ESTIMATES)
     if args.sweep or args.sweep_all:
         if args.sweep_all:
-            rows = [r for r in _all_rows() if args.estimate is None or r[2] in args.estimate]
+            rows = [r for r in _all_rows() if args.estimate is None or r[2] in modes]
             picked = rows[args.part :: args.parts]
         else:
-            ests = args.estimate or list(ESTIMATES)
-            picked = [(t, m, e, g) for t, m in SWEEP_ROWS for e in ests for g in args.gpus]
+            picked = [(t, m, e, g) for t, m in SWEEP_ROWS for e in modes for g in args.gpus]
         sweep(picked)
         return
-    args.estimate = args.estimate or list(ESTIMATES)
     policy = load_policy(ROOT / "policies")
     base = load_trace(ROOT / "data/traces/philly_2017-10-02_4w.csv.gz")
     catalog = flat_catalog(Decimal("4.10"), policy.onprem.gpu_model, sorted({j.gpus for j in base}))
@@ -91,7 +90,7 @@ def main() -> None:
         "| regret vs best | x Starburst none | switches | target | wall s |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for est in args.estimate:
+    for est in modes:
         for gpus in args.gpus:
             for seed in range(args.seeds):
                 jobs = jittered(base, seed)
@@ -144,7 +143,7 @@ def main() -> None:
                     }
                 )
     means = {}
-    for est in args.estimate:
+    for est in modes:
         for gpus in args.gpus:
             rows = [r for r in records if r["estimate"] == est and r["onprem_gpus"] == gpus]
             xs = [float(r["x_starburst_none"]) for r in rows]  # type: ignore[arg-type]
