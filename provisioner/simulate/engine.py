@@ -316,8 +316,8 @@ class Simulation:
         # --estimate history: learned from jobs as they end, (end, index) in a heap until then.
         learns = settings.estimate in ("history", "history+limits")
         self.history = RuntimeHistory() if learns else None
-        # --estimate limits: each job's time limit, as users give them (simulate/user_estimates)
-        self.limits = (
+        # --estimate limits: each job's time limit, the trace's or drawn (simulate/user_estimates)
+        self.limits: Sequence[float | None] | None = (
             job_limits(jobs, settings.max_limit_s, settings.seed)
             if settings.estimate in ("limits", "history+limits")
             else None
@@ -934,9 +934,14 @@ def _parse_policy(name: str) -> tuple[str, float]:
     )
 
 
-def job_limits(jobs: Sequence[TraceJob], max_limit_s: float | None, seed: int) -> list[float]:
-    """Each job's time limit from the published model of user estimates, the largest allowed
-    being `max_limit_s` (None: the longest runtime rounded up to a whole day)."""
+def job_limits(
+    jobs: Sequence[TraceJob], max_limit_s: float | None, seed: int
+) -> Sequence[float | None]:
+    """Each job's time limit: the trace's own where it records any (a job without one has
+    none), else from the published model of user estimates, the largest allowed being
+    `max_limit_s` (None: the longest runtime rounded up to a whole day)."""
+    if any(j.time_limit_s is not None for j in jobs):
+        return [j.time_limit_s for j in jobs]
     longest = max((j.duration_s for j in jobs), default=0.0)
     top = max_limit_s if max_limit_s is not None else math.ceil(longest / 86_400) * 86_400.0
     return assign_estimates([j.duration_s for j in jobs], int(max(top, 3600.0)), seed)

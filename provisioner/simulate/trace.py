@@ -28,6 +28,9 @@ class TraceJob:
     user: str = ""
     group: str = ""
     gpu_milli: int = WHOLE_GPU_MILLI
+    # the job's own time limit, where the trace records one (the controller's jobs table does;
+    # the bundled traces do not, and `--estimate limits` draws theirs from the published model)
+    time_limit_s: float | None = None
 
     @property
     def fractional(self) -> bool:

@@ -11,8 +11,10 @@ data. What the jobs table gives, and what a replay makes of it:
 - on-prem is `onprem_gpus` GPUs in nodes of `gpus_per_node`, as the controller's profile
   counts them now; a job larger than that bursts at once under every candidate, so it is left
   out;
-- runtimes are learned as the replay goes (`--estimate history`) from an empty history; the
-  records' time limits are not used.
+- runtimes are learned as the replay goes from an empty history, and each job is told its
+  time limit as Slurm gave it (`--estimate history+limits`; `history` where no record has a
+  limit), never below what it ran: Slurm's grace can let a job run past its limit, and a limit
+  below the runtime would make the limit candidates' worst case wrong.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def trace_of(
         else:
             runtime = r.time_limit_s or fallback_s
         arrive = max(r.eligible_ts or r.submit_ts, r.submit_ts)
+        limit = None if r.time_limit_s is None else max(r.time_limit_s, runtime)
         out.append(
             TraceJob(
                 job_id=r.job_id,
@@ -63,6 +66,7 @@ def trace_of(
                 gpus=r.gpus,
                 user=r.user,
                 group=r.account,
+                time_limit_s=limit,
             )
         )
     out.sort(key=lambda j: (j.submit_s, j.job_id))
@@ -87,7 +91,7 @@ def replay_window(
         onprem_gpus=onprem_gpus,
         gpus_per_node=gpus_per_node,
         boot_s=min((p.boot_seconds for p in policy.pools), default=300.0),
-        estimate="history",
+        estimate="history+limits" if any(j.time_limit_s is not None for j in jobs) else "history",
     )
     scores = tuple(
         WindowScore(c.name, *_replay(jobs, settings, c.policy(policy), catalog, c.kind, since, now))

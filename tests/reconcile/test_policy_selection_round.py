@@ -5,13 +5,17 @@ from the feed at start. Figures worked out by hand from the records below."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from decimal import Decimal
+
+import pytest
 
 from provisioner.domain.job_records import JobRecord
 from provisioner.domain.plan import Decision, ReasonCode
+from provisioner.plan.selection import candidate
 from provisioner.reconcile.policy_selection import CONTROLLER_PORTFOLIO, PolicySelector
 from provisioner.simulate.engine import flat_catalog
-from provisioner.simulate.window import trace_of
+from provisioner.simulate.window import replay_window, trace_of
 from provisioner.store.memory import MemoryDecisionLog, MemoryJobHistory
 from tests.unit.helpers import T0, policy
 
@@ -52,6 +56,42 @@ def test_the_window_as_a_trace() -> None:
         ("pending", 5000.0, 7200.0, 1),  # its time limit
         ("pending-no-limit", 6000.0, 3600.0, 1),  # the fallback runtime
     ]
+    assert [j.time_limit_s for j in jobs] == [None, None, None, 7200.0, None]
+
+
+def test_a_limit_below_what_the_job_ran_is_raised_to_it() -> None:
+    """Slurm's grace (OverTimeLimit) lets a job run past its limit."""
+    over = _rec("over", 1, T0 + 10, start_ts=T0 + 10, end_ts=T0 + 1010, time_limit_s=900.0)
+    (job,) = trace_of([over], T0, NOW, fallback_s=3600.0, most_gpus=8)
+    assert (job.duration_s, job.time_limit_s) == (1000.0, 1000.0)
+
+
+def test_the_replay_tells_each_job_its_own_time_limit() -> None:
+    """The limit candidates are measured on the limits the site's users give. Twenty 60 s jobs
+    teach the replay that ann's jobs are short; then an 8-GPU job fills on-prem until +42,000 s,
+    and at +3,000 s a 4-GPU job under a 30-day limit arrives, which ran 38,000 s. Told only the
+    60 s guess, `default` gives it a small budget and bursts it. `limit-worst-10x` sees a limit
+    over 10x the guess and gives it the budget of a job that runs to its limit (cap_s, 1 day),
+    so it waits for on-prem and bills nothing. Without the limits the two replay alike."""
+    short = [_rec(f"s{i}", 1, T0 + 60 * i, start_ts=T0 + 60 * i, end_ts=T0 + 60 * i + 60,
+                  time_limit_s=3600.0) for i in range(20)]  # fmt: skip
+    hog = _rec("hog", 8, T0 + 2000, start_ts=T0 + 2000, end_ts=T0 + 42_000, time_limit_s=86_400.0)
+    long = _rec("long", 4, T0 + 3000, start_ts=T0 + 42_000, end_ts=T0 + 80_000,
+                time_limit_s=30 * 86_400.0)  # fmt: skip
+    pol = policy()
+    cat = flat_catalog(Decimal("3.6"), "A100", [1, 2, 4, 8])
+    cands = (candidate("default"), candidate("limit-worst-10x"))
+
+    def dollars(records: list[JobRecord]) -> dict[str, float]:
+        r = replay_window(records, T0, NOW, 8, 8, pol, cat, cands)
+        return {s.name: s.cloud_usd for s in r.scores}
+
+    told = dollars([*short, hog, long])
+    # "long" burst: 4 GPUs x (300 s boot + 38,000 s) x $0.001/GPU-s = $153.20
+    assert told["default"] == pytest.approx(153.20)
+    assert told["limit-worst-10x"] == 0.0
+    blind = dollars([replace(r, time_limit_s=None) for r in (*short, hog, long)])
+    assert blind["default"] == blind["limit-worst-10x"] == told["default"]
 
 
 def _selector(store: Store) -> PolicySelector:
