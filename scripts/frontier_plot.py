@@ -30,6 +30,7 @@ MARKERS = {
     "unsure-floor-2x": "D",
     "learned-floor": "d",
     "limit-worst-10x": "P",
+    "limit-worst-3000x": "h",
     "limit-hedged": "p",
     "budget-timeout": "X",
 }

@@ -108,6 +108,14 @@ PORTFOLIO: tuple[PolicyCandidate, ...] = (
         "a learned guess 10x below its time limit waits as if it ran to the limit",
     ),
     PolicyCandidate(
+        "limit-worst-3000x",
+        "default",
+        (("limit_worst_case_ratio", 3000.0),),
+        "limits+learned",
+        "the same for a guess 3000x below its limit only (a 60 s guess under a 2-day limit): "
+        "where on-prem is busy, 10x makes every job under a long limit wait past the JCT bound",
+    ),
+    PolicyCandidate(
         "limit-hedged",
         "default",
         (("hedge_limits", True),),

@@ -137,6 +137,23 @@ def test_the_limit_is_no_worst_case_for_trusted_runtimes_or_near_guesses() -> No
     assert not _plan_with(pol, far).scale_ups
 
 
+def test_at_3000x_only_a_gross_mismatch_takes_the_limit_as_its_worst_case() -> None:
+    """`limit-worst-3000x`: a 4-GPU job its group says runs 50 s. Under a 1-day limit (1,728x
+    the guess) it keeps its own budget, 0.5 x 4 x 50 = 100 s, and bursts. Under a 2-day limit
+    (3,456x) the budget is taken at the limit, 0.5 x 4 x 172,800 s clamped to cap_s 86,400 s,
+    and the 3,600 s wait is within it."""
+    pol = _worst_case_policy(3000)
+    day = pending("a", 4, 50, runtime_source="group", runtime_spread_s=0.0,
+                  time_limit_s=86400.0)  # fmt: skip
+    (up,) = _plan_with(pol, day).scale_ups
+    assert up.decision.wait_budget_s == 100
+    two_days = pending("b", 4, 50, runtime_source="group", runtime_spread_s=0.0,
+                       time_limit_s=2 * 86400.0)  # fmt: skip
+    p = _plan_with(pol, two_days)
+    assert not p.scale_ups
+    assert p.predicted_start_ts["b"] == T0 + 3600
+
+
 def _floor_policy(ratio: float | None):
     wait = {"runtime_factor": 0.5, "per_gpu_s": 1000}
     if ratio is not None:

@@ -123,7 +123,11 @@ def test_the_portfolio_names_what_the_issue_asks_for() -> None:
     assert {"default", "per-gpu-1386", "per-gpu-2000", "budget-timeout"} <= names
     # with exact runtimes, only the settings that can plan differently are replayed
     assert {c.name for c in portfolio_for("exact")} == {"default", "budget-timeout"}
-    assert "limit-worst-10x" in {c.name for c in portfolio_for("history+limits")}
+    ratios = {"limit-worst-10x": 10.0, "limit-worst-3000x": 3000.0}
+    assert set(ratios) <= {c.name for c in portfolio_for("history+limits")}
+    assert not set(ratios) & {c.name for c in portfolio_for("history") + portfolio_for("limits")}
+    for name, ratio in ratios.items():
+        assert candidate(name).policy(POLICY).waiting.default.limit_worst_case_ratio == ratio
     # each replayed only where it can plan differently from default
     assert {c.name for c in portfolio_for("limits")} == {
         "default",
