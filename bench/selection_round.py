@@ -1,7 +1,9 @@
 """One policy-selection round of the controller, at the Philly trace's density: the jobs table
 (SQLite) holds the bundled trace's jobs of one week (each as if it ran from its submit for its
-runtime), and the controller's selector (reconcile/policy_selection.py) replays that window once per
-portfolio candidate and under immediate, in its own process, against the bundled catalog and
+runtime, under a time limit from the published model of user estimates, seed 7, as every Slurm
+job has one, so the replays run as the controller's do at a real site), and the controller's
+selector (reconcile/policy_selection.py) replays that window once per portfolio candidate and
+under immediate, in its own process, against the bundled catalog and
 256 on-prem GPUs.
 
 Reported: how long the tick that starts a round holds the pass (reading the window, handing it
@@ -24,6 +26,7 @@ from provisioner.config import load_policy  # noqa: E402
 from provisioner.domain.job_records import JobRecord  # noqa: E402
 from provisioner.plan.catalog import load_catalog  # noqa: E402
 from provisioner.reconcile.policy_selection import PolicySelector  # noqa: E402
+from provisioner.simulate.engine import job_limits  # noqa: E402
 from provisioner.simulate.trace import load_trace  # noqa: E402
 from provisioner.store import Store  # noqa: E402
 
@@ -35,8 +38,9 @@ def main() -> None:
     jobs = load_trace(ROOT / "data/traces/philly_2017-10-02_4w.csv.gz")
     t0 = jobs[0].submit_s + WEEK  # the second week: the cluster is not empty at its start
     now = t0 + WEEK
+    limits = job_limits(jobs, None, 7)
     records = []
-    for j in jobs:
+    for j, limit in zip(jobs, limits, strict=True):
         if j.submit_s >= now or j.submit_s + j.duration_s < t0:
             continue
         end = j.submit_s + j.duration_s
@@ -44,7 +48,7 @@ def main() -> None:
             JobRecord(
                 j.job_id, j.submit_s, "completed" if end <= now else "running", j.gpus,
                 account=j.group, user=j.user, start_ts=j.submit_s,
-                end_ts=end if end <= now else None, last_seen_ts=now,
+                end_ts=end if end <= now else None, last_seen_ts=now, time_limit_s=limit,
             )
         )  # fmt: skip
     tmp = tempfile.mkdtemp()
