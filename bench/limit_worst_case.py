@@ -3,8 +3,8 @@
 
 Rows: 256, 384, 512 and 768 on-prem GPUs, `--estimate history+limits` (limits from the
 published model of user estimates, seed 7), the trace as is, one run each. Columns: `default`
-(R off), R = 3, 10, 30, 100 and 1000, `hedge_limits` alone, and Starburst's no-estimate figures;
-each as cloud dollars and average JCT. docs/simulator.md, "The time limit as a worst case".
+(R off), R = 3, 10, 30, 100, 1000 and 3000, `hedge_limits` alone, and Starburst's no-estimate
+figures; each as cloud dollars and average JCT. docs/simulator.md, "The time limit as a worst case".
 Last line: one JSON object, one record per row.
 """
 
@@ -29,7 +29,7 @@ from provisioner.plan.selection import PolicyCandidate  # noqa: E402
 from provisioner.simulate.engine import SimSettings, flat_catalog, simulate  # noqa: E402
 from provisioner.simulate.trace import load_trace  # noqa: E402
 
-RATIOS = (3.0, 10.0, 30.0, 100.0, 1000.0)
+RATIOS = (3.0, 10.0, 30.0, 100.0, 1000.0, 3000.0)
 
 
 def variants(base: Policy) -> dict[str, Policy]:
