@@ -43,7 +43,7 @@ from provisioner.plan.planner import hedge_fraction, plan
 from provisioner.plan.profile import OnPremProfile, Placement
 from provisioner.plan.rank_cache import RankCache
 from provisioner.simulate.slice_pool import SlicePool, mig_gpus_of
-from provisioner.simulate.trace import TraceJob
+from provisioner.simulate.trace import TraceJob, records_limits
 from provisioner.simulate.user_estimates import assign_estimates
 
 Estimate = Literal["exact", "none", "history", "limits", "history+limits"]
@@ -940,7 +940,7 @@ def job_limits(
     """Each job's time limit: the trace's own where it records any (a job without one has
     none), else from the published model of user estimates, the largest allowed being
     `max_limit_s` (None: the longest runtime rounded up to a whole day)."""
-    if any(j.time_limit_s is not None for j in jobs):
+    if records_limits(jobs):
         return [j.time_limit_s for j in jobs]
     longest = max((j.duration_s for j in jobs), default=0.0)
     top = max_limit_s if max_limit_s is not None else math.ceil(longest / 86_400) * 86_400.0

@@ -9,6 +9,7 @@ import csv
 import gzip
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,11 @@ class TraceJob:
     @property
     def fractional(self) -> bool:
         return self.gpu_milli < WHOLE_GPU_MILLI
+
+
+def records_limits(jobs: Sequence[TraceJob]) -> bool:
+    """Whether the trace has time limits of its own (then none are drawn for it)."""
+    return any(j.time_limit_s is not None for j in jobs)
 
 
 def _open(path: Path) -> io.TextIOBase:

@@ -27,7 +27,7 @@ from provisioner.domain.job_records import JobRecord
 from provisioner.plan.catalog import Catalog
 from provisioner.plan.selection import PolicyCandidate, WindowScore
 from provisioner.simulate.engine import SimSettings, Simulation
-from provisioner.simulate.trace import TraceJob
+from provisioner.simulate.trace import TraceJob, records_limits
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def replay_window(
         onprem_gpus=onprem_gpus,
         gpus_per_node=gpus_per_node,
         boot_s=min((p.boot_seconds for p in policy.pools), default=300.0),
-        estimate="history+limits" if any(j.time_limit_s is not None for j in jobs) else "history",
+        estimate="history+limits" if records_limits(jobs) else "history",
     )
     scores = tuple(
         WindowScore(c.name, *_replay(jobs, settings, c.policy(policy), catalog, c.kind, since, now))
